@@ -1,0 +1,200 @@
+//! Encoding objects for storage (compression, deltas), inserting them, and
+//! reading them back with verification of kind and length.
+
+use crate::error::{Result, SqlCtx, StoreError};
+use crate::id::{Kind, ObjectId};
+use crate::sql;
+use crate::store::Store;
+use rusqlite::{Connection, OptionalExtension};
+
+/// How an object's bytes are stored.
+pub(crate) const ENC_RAW: u8 = 0;
+pub(crate) const ENC_ZSTD: u8 = 1;
+pub(crate) const ENC_DELTA: u8 = 2;
+
+/// Longest delta chain: reading any version decompresses at most this many
+/// objects plus one full one, which keeps reads of old versions fast.
+pub const MAX_DELTA_DEPTH: u32 = 6;
+
+const ZSTD_LEVEL: i32 = 3;
+
+/// An object ready to insert: hashed and encoded, outside any lock.
+pub(crate) struct Prepared {
+    pub id: ObjectId,
+    pub kind: Kind,
+    pub enc: u8,
+    pub raw_len: u64,
+    pub base: Option<ObjectId>,
+    pub depth: u32,
+    pub data: Vec<u8>,
+}
+
+/// Hash and encode `raw` as a full object; compressed only when that saves space.
+pub(crate) fn prepare(kind: Kind, raw: &[u8]) -> Prepared {
+    let id = ObjectId::hash(kind, raw);
+    prepare_with_id(kind, id, raw)
+}
+
+pub(crate) fn prepare_with_id(kind: Kind, id: ObjectId, raw: &[u8]) -> Prepared {
+    let (enc, data) = match zstd::bulk::compress(raw, ZSTD_LEVEL) {
+        Ok(c) if c.len() < raw.len() => (ENC_ZSTD, c),
+        _ => (ENC_RAW, raw.to_vec()),
+    };
+    Prepared {
+        id,
+        kind,
+        enc,
+        raw_len: raw.len() as u64,
+        base: None,
+        depth: 0,
+        data,
+    }
+}
+
+/// Encode `raw` as a zstd delta against `base_raw` (the base's bytes are the
+/// compression dictionary, so shared runs cost a few bytes each), falling
+/// back to the full encoding when the delta is not smaller or the chain
+/// would get too deep.
+pub(crate) fn prepare_delta(
+    kind: Kind,
+    id: ObjectId,
+    raw: &[u8],
+    base: ObjectId,
+    base_raw: &[u8],
+    base_depth: u32,
+) -> Prepared {
+    let full = prepare_with_id(kind, id, raw);
+    if base_depth + 1 > MAX_DELTA_DEPTH || base == id {
+        return full;
+    }
+    let delta = zstd::bulk::Compressor::with_dictionary(ZSTD_LEVEL, base_raw)
+        .and_then(|mut c| c.compress(raw));
+    match delta {
+        Ok(d) if d.len() < full.data.len() => Prepared {
+            id,
+            kind,
+            enc: ENC_DELTA,
+            raw_len: raw.len() as u64,
+            base: Some(base),
+            depth: base_depth + 1,
+            data: d,
+        },
+        _ => full,
+    }
+}
+
+/// Insert unless present. Returns true if the object is new.
+pub(crate) fn insert(conn: &Connection, p: &Prepared) -> Result<bool> {
+    let n = conn
+        .prepare_cached(sql::OBJ_INSERT)
+        .and_then(|mut s| {
+            s.execute((
+                &p.id.0[..],
+                p.kind as u8,
+                p.enc,
+                p.raw_len as i64,
+                p.base.as_ref().map(|b| &b.0[..]),
+                p.depth,
+                &p.data,
+            ))
+        })
+        .ctx("insert an object")?;
+    Ok(n == 1)
+}
+
+pub(crate) fn exists(conn: &Connection, id: &ObjectId) -> Result<bool> {
+    conn.prepare_cached(sql::OBJ_EXISTS)
+        .and_then(|mut s| s.exists([&id.0[..]]))
+        .ctx("look up an object")
+}
+
+pub(crate) fn depth(conn: &Connection, id: &ObjectId) -> Result<Option<u32>> {
+    conn.prepare_cached(sql::OBJ_DEPTH)
+        .and_then(|mut s| s.query_row([&id.0[..]], |r| r.get(0)).optional())
+        .ctx("look up an object's delta depth")
+}
+
+/// A stored row, before decoding.
+pub(crate) struct Row {
+    pub kind: u8,
+    pub enc: u8,
+    pub raw_len: u64,
+    pub base: Option<Vec<u8>>,
+    pub data: Vec<u8>,
+}
+
+pub(crate) fn get_row(conn: &Connection, id: &ObjectId) -> Result<Option<Row>> {
+    conn.prepare_cached(sql::OBJ_GET)
+        .and_then(|mut s| {
+            s.query_row([&id.0[..]], |r| {
+                Ok(Row {
+                    kind: r.get(0)?,
+                    enc: r.get(1)?,
+                    raw_len: r.get::<_, i64>(2)? as u64,
+                    base: r.get(3)?,
+                    data: r.get(5)?,
+                })
+            })
+            .optional()
+        })
+        .ctx("read an object")
+}
+
+/// Read an object's raw bytes from `conn`, resolving deltas, checking its
+/// kind and length (not its hash: `fsck` re-hashes).
+pub(crate) fn get_raw_in(conn: &Connection, id: &ObjectId, kind: Kind) -> Result<Vec<u8>> {
+    let row = get_row(conn, id)?.ok_or(StoreError::Missing {
+        id: *id,
+        kind: kind.name(),
+    })?;
+    if row.kind != kind as u8 {
+        return Err(StoreError::Corrupt {
+            id: *id,
+            reason: format!("expected a {}, found kind {}", kind.name(), row.kind),
+        });
+    }
+    decode_row(conn, id, row)
+}
+
+pub(crate) fn decode_row(conn: &Connection, id: &ObjectId, row: Row) -> Result<Vec<u8>> {
+    let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
+    let raw = match row.enc {
+        ENC_RAW => row.data,
+        ENC_ZSTD => zstd::bulk::decompress(&row.data, row.raw_len as usize)
+            .map_err(|e| corrupt(format!("zstd: {e}")))?,
+        ENC_DELTA => {
+            let base = row
+                .base
+                .as_deref()
+                .and_then(ObjectId::from_slice)
+                .ok_or_else(|| corrupt("delta without a base".into()))?;
+            let kind = Kind::from_u8(row.kind).ok_or_else(|| corrupt("unknown kind".into()))?;
+            let base_raw = get_raw_in(conn, &base, kind)?;
+            zstd::bulk::Decompressor::with_dictionary(&base_raw)
+                .and_then(|mut d| d.decompress(&row.data, row.raw_len as usize))
+                .map_err(|e| corrupt(format!("zstd delta: {e}")))?
+        }
+        other => return Err(corrupt(format!("unknown encoding {other}"))),
+    };
+    if raw.len() as u64 != row.raw_len {
+        return Err(corrupt(format!(
+            "decoded {} bytes, expected {}",
+            raw.len(),
+            row.raw_len
+        )));
+    }
+    Ok(raw)
+}
+
+impl Store {
+    /// Read an object's raw (decoded) bytes.
+    pub fn get_raw(&self, id: &ObjectId, kind: Kind) -> Result<Vec<u8>> {
+        let conn = self.reader();
+        get_raw_in(&conn, id, kind)
+    }
+
+    /// Whether an object is present.
+    pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
+        exists(&self.reader(), id)
+    }
+}

@@ -1,0 +1,76 @@
+//! Every SQL statement the Store runs, in one place. Rust logic elsewhere
+//! refers to these constants and never builds SQL text.
+
+/// The schema of format version 1.
+pub const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS objects (
+    rowid   INTEGER PRIMARY KEY,
+    id      BLOB NOT NULL UNIQUE,
+    kind    INTEGER NOT NULL,
+    enc     INTEGER NOT NULL,   -- 0 raw, 1 zstd, 2 zstd delta against `base`
+    raw_len INTEGER NOT NULL,
+    base    BLOB,               -- the delta base object id when enc = 2
+    depth   INTEGER NOT NULL,   -- delta chain depth (0 for a full object)
+    data    BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS projects (
+    name       TEXT PRIMARY KEY,
+    created_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS branches (
+    project    TEXT NOT NULL REFERENCES projects(name),
+    name       TEXT NOT NULL,
+    head       BLOB NOT NULL,
+    updated_ns INTEGER NOT NULL,
+    PRIMARY KEY (project, name)
+);
+CREATE TABLE IF NOT EXISTS pins (
+    holder TEXT PRIMARY KEY,
+    commit_id BLOB NOT NULL
+);
+";
+
+pub const META_GET: &str = "SELECT value FROM meta WHERE key = ?1";
+pub const META_PUT: &str = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
+pub const HAS_META_TABLE: &str =
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'";
+pub const TABLE_COUNT: &str = "SELECT count(*) FROM sqlite_master WHERE type = 'table'";
+
+pub const OBJ_INSERT: &str =
+    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+pub const OBJ_EXISTS: &str = "SELECT 1 FROM objects WHERE id = ?1";
+pub const OBJ_GET: &str = "SELECT kind, enc, raw_len, base, depth, data FROM objects WHERE id = ?1";
+pub const OBJ_DEPTH: &str = "SELECT depth FROM objects WHERE id = ?1";
+pub const OBJ_PREFIX: &str =
+    "SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 ORDER BY id LIMIT 5";
+pub const OBJ_ALL_IDS: &str = "SELECT rowid, id, kind, base FROM objects";
+pub const OBJ_ALL_BY_KIND: &str = "SELECT id FROM objects WHERE kind = ?1";
+pub const OBJ_DELETE_ROWID: &str = "DELETE FROM objects WHERE rowid = ?1";
+pub const OBJ_STATS: &str = "SELECT count(*), coalesce(sum(length(data)), 0),
+     coalesce(sum(CASE WHEN kind = 1 THEN raw_len ELSE 0 END), 0),
+     coalesce(sum(CASE WHEN enc = 2 THEN 1 ELSE 0 END), 0) FROM objects";
+pub const OBJ_STORED_BYTES: &str = "SELECT coalesce(sum(length(data)), 0) FROM objects";
+
+pub const PROJECT_INSERT: &str = "INSERT INTO projects (name, created_ns) VALUES (?1, ?2)";
+pub const PROJECT_EXISTS: &str = "SELECT 1 FROM projects WHERE name = ?1";
+pub const PROJECT_LIST: &str = "SELECT name FROM projects ORDER BY name";
+
+pub const BRANCH_INSERT: &str =
+    "INSERT INTO branches (project, name, head, updated_ns) VALUES (?1, ?2, ?3, ?4)";
+pub const BRANCH_HEAD: &str = "SELECT head FROM branches WHERE project = ?1 AND name = ?2";
+pub const BRANCH_CAS: &str = "UPDATE branches SET head = ?3, updated_ns = ?5
+     WHERE project = ?1 AND name = ?2 AND head = ?4";
+pub const BRANCH_DELETE: &str = "DELETE FROM branches WHERE project = ?1 AND name = ?2";
+pub const BRANCH_LIST_ALL: &str = "SELECT project, name, head FROM branches ORDER BY project, name";
+pub const BRANCH_LIST_PROJECT: &str =
+    "SELECT project, name, head FROM branches WHERE project = ?1 ORDER BY name";
+pub const BRANCH_HEADS: &str = "SELECT head FROM branches";
+
+pub const PIN_PUT: &str = "INSERT OR REPLACE INTO pins (holder, commit_id) VALUES (?1, ?2)";
+pub const PIN_DELETE: &str = "DELETE FROM pins WHERE holder = ?1";
+pub const PIN_HEADS: &str = "SELECT commit_id FROM pins";

@@ -1,0 +1,358 @@
+//! Opening and creating a Store: the directory, its database, its lock file,
+//! and the checks that refuse anything that is not a Store we understand.
+
+use crate::error::{Result, SqlCtx, StoreError};
+use crate::sql;
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The format this build writes and the newest it can read.
+pub const FORMAT_VERSION: i64 = 1;
+const FORMAT_NAME: &str = "strata-store";
+const DB_FILE: &str = "strata.db";
+const LOCK_FILE: &str = "lock";
+
+/// How long a writer waits for SQLite's write lock before it gets `Busy`.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options for creating or opening a Store.
+#[derive(Clone, Debug, Default)]
+pub struct StoreOptions {
+    /// Use `synchronous=FULL` (survives power loss, not only process death).
+    /// Recorded at create time; opening a durable Store keeps it durable.
+    pub durable: bool,
+    /// Do not store changed chunks and pages as deltas against their
+    /// previous version (recorded at create time).
+    pub no_deltas: bool,
+    /// Skip the filesystem-type check (see `check_filesystem`).
+    pub allow_any_fs: bool,
+}
+
+pub(crate) struct Inner {
+    pub(crate) dir: PathBuf,
+    /// The connection writers use. Writes are serialized in-process by this
+    /// mutex and across processes by SQLite's write lock (BEGIN IMMEDIATE).
+    pub(crate) write: Mutex<Connection>,
+    /// A separate connection for readers, so that a long write transaction in
+    /// this process does not block reads of committed data (WAL readers never
+    /// wait for writers).
+    pub(crate) read: Mutex<Connection>,
+    pub(crate) lock: File,
+    pub(crate) deltas: bool,
+}
+
+/// A Store: one directory holding one SQLite database. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+impl Store {
+    /// Create a Store in `dir` (created if missing; it must be empty or hold
+    /// nothing but a previous Store, which is then opened).
+    pub fn create(dir: &Path, opts: &StoreOptions) -> Result<Store> {
+        if dir.exists() {
+            let meta = std::fs::metadata(dir).map_err(|e| StoreError::io("inspect", dir, e))?;
+            if !meta.is_dir() {
+                return Err(StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                    reason: "it is a file, not a directory".into(),
+                });
+            }
+            if dir.join(DB_FILE).exists() {
+                return Store::open(dir, opts);
+            }
+            let mut entries = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
+            if entries.next().is_some() {
+                return Err(StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                    reason: "the directory is not empty and holds no strata.db".into(),
+                });
+            }
+        } else {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
+        }
+        if !opts.allow_any_fs {
+            check_filesystem(dir)?;
+        }
+        let lock = open_lock(dir)?;
+        // Creating the schema is exclusive: no other process may see a half-made Store.
+        flock(&lock, dir, rustix::fs::FlockOperation::LockExclusive)?;
+        let conn = connect(&dir.join(DB_FILE), true)?;
+        conn.execute_batch("BEGIN IMMEDIATE;")
+            .ctx("begin creating the Store")?;
+        conn.execute_batch(sql::SCHEMA).ctx("create the schema")?;
+        let put = |k: &str, v: String| conn.execute(sql::META_PUT, (k, v)).ctx("write metadata");
+        put("format", FORMAT_NAME.into())?;
+        put("version", FORMAT_VERSION.to_string())?;
+        put("durable", (opts.durable as i32).to_string())?;
+        put("deltas", (!opts.no_deltas as i32).to_string())?;
+        put("created_ns", crate::now_ns().to_string())?;
+        conn.execute_batch("COMMIT;").ctx("commit the new schema")?;
+        drop(conn);
+        flock(&lock, dir, rustix::fs::FlockOperation::Unlock)?;
+        drop(lock);
+        Store::open(dir, opts)
+    }
+
+    /// Open an existing Store, verifying that it is one and of a version we read.
+    pub fn open(dir: &Path, opts: &StoreOptions) -> Result<Store> {
+        let meta = match std::fs::metadata(dir) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NoStore {
+                    path: dir.to_path_buf(),
+                    reason: "the directory does not exist".into(),
+                })
+            }
+            Err(e) => return Err(StoreError::io("inspect", dir, e)),
+        };
+        if !meta.is_dir() {
+            return Err(StoreError::NotAStore {
+                path: dir.to_path_buf(),
+                reason: "it is a file, not a directory".into(),
+            });
+        }
+        let db = dir.join(DB_FILE);
+        if !db.exists() {
+            let empty = std::fs::read_dir(dir)
+                .map_err(|e| StoreError::io("list", dir, e))?
+                .next()
+                .is_none();
+            return Err(if empty {
+                StoreError::NoStore {
+                    path: dir.to_path_buf(),
+                    reason: "the directory is empty".into(),
+                }
+            } else {
+                StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                    reason: "it holds no strata.db".into(),
+                }
+            });
+        }
+        if !opts.allow_any_fs {
+            check_filesystem(dir)?;
+        }
+        let lock = open_lock(dir)?;
+        let write = connect(&db, false)?;
+        let (durable, deltas) = verify_schema(&write, dir)?;
+        let sync = if durable || opts.durable {
+            "FULL"
+        } else {
+            "NORMAL"
+        };
+        write
+            .pragma_update(None, "synchronous", sync)
+            .ctx("set synchronous")?;
+        let read = connect(&db, false)?;
+        read.pragma_update(None, "synchronous", sync)
+            .ctx("set synchronous")?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                dir: dir.to_path_buf(),
+                write: Mutex::new(write),
+                read: Mutex::new(read),
+                lock,
+                deltas: deltas && !opts.no_deltas,
+            }),
+        })
+    }
+
+    /// The Store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Whether changed chunks are stored as deltas.
+    pub fn deltas(&self) -> bool {
+        self.inner.deltas
+    }
+
+    pub(crate) fn reader(&self) -> MutexGuard<'_, Connection> {
+        self.inner.read.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn writer(&self) -> MutexGuard<'_, Connection> {
+        self.inner.write.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hold the Store's lock file shared for the duration of a write session
+    /// whose objects are not yet reachable; `gc` takes it exclusively, so it
+    /// never deletes objects an in-flight snapshot or commit is about to use.
+    pub(crate) fn write_session(&self) -> Result<WriteSession<'_>> {
+        flock(
+            &self.inner.lock,
+            &self.inner.dir,
+            rustix::fs::FlockOperation::LockShared,
+        )?;
+        Ok(WriteSession { store: self })
+    }
+
+    /// Take the lock file exclusively without waiting (gc).
+    pub(crate) fn exclusive(&self) -> Result<WriteSession<'_>> {
+        match rustix::fs::flock(
+            &self.inner.lock,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => Ok(WriteSession { store: self }),
+            Err(rustix::io::Errno::WOULDBLOCK) => Err(StoreError::Busy {
+                action: "garbage-collect while a snapshot or commit is being written",
+            }),
+            Err(e) => Err(StoreError::io(
+                "lock",
+                self.inner.dir.join(LOCK_FILE),
+                e.into(),
+            )),
+        }
+    }
+}
+
+/// A held lock-file lock; released on drop.
+pub(crate) struct WriteSession<'a> {
+    store: &'a Store,
+}
+
+impl Drop for WriteSession<'_> {
+    fn drop(&mut self) {
+        // flock locks are per open file description: an Unlock from one
+        // thread releases the lock for every session of this Store object. A
+        // second concurrent session therefore loses nothing but gc exclusion,
+        // which is re-checked under SQLite's write lock anyway.
+        let _ = rustix::fs::flock(&self.store.inner.lock, rustix::fs::FlockOperation::Unlock);
+    }
+}
+
+fn open_lock(dir: &Path) -> Result<File> {
+    let p = dir.join(LOCK_FILE);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&p)
+        .map_err(|e| StoreError::io("open the lock file", &p, e))
+}
+
+fn flock(f: &File, dir: &Path, op: rustix::fs::FlockOperation) -> Result<()> {
+    rustix::fs::flock(f, op).map_err(|e| StoreError::io("lock", dir.join(LOCK_FILE), e.into()))
+}
+
+fn connect(db: &Path, create: bool) -> Result<Connection> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(db, flags).map_err(|e| StoreError::NotAStore {
+        path: db.to_path_buf(),
+        reason: format!("SQLite cannot open it ({e})"),
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .ctx("set the busy timeout")?;
+    // WAL lets readers and one writer proceed at once, across processes.
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(|e| StoreError::NotAStore {
+            path: db.to_path_buf(),
+            reason: format!("it is not a SQLite database ({e})"),
+        })?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::NotAStore {
+            path: db.to_path_buf(),
+            reason: format!("SQLite refused WAL mode (got {mode})"),
+        });
+    }
+    conn.execute_batch(
+        "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;",
+    )
+    .ctx("set connection pragmas")?;
+    Ok(conn)
+}
+
+/// Check that the database is a Store of a version we can read; return
+/// (durable, deltas) as recorded at create time.
+fn verify_schema(conn: &Connection, dir: &Path) -> Result<(bool, bool)> {
+    let has_meta: i64 = conn
+        .query_row(sql::HAS_META_TABLE, [], |r| r.get(0))
+        .map_err(|e| StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            reason: format!("strata.db is not a readable SQLite database ({e})"),
+        })?;
+    if has_meta == 0 {
+        return Err(StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            reason: "strata.db has no strata metadata".into(),
+        });
+    }
+    let get = |k: &str| -> Result<Option<String>> {
+        conn.query_row(sql::META_GET, [k], |r| r.get(0))
+            .optional()
+            .ctx("read metadata")
+    };
+    if get("format")?.as_deref() != Some(FORMAT_NAME) {
+        return Err(StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            reason: "strata.db was not written by strata".into(),
+        });
+    }
+    let version: i64 = get("version")?
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| StoreError::NotAStore {
+            path: dir.to_path_buf(),
+            reason: "strata.db has no format version".into(),
+        })?;
+    if version > FORMAT_VERSION {
+        return Err(StoreError::NewerVersion {
+            path: dir.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let durable = get("durable")?.as_deref() == Some("1");
+    let deltas = get("deltas")?.as_deref() != Some("0");
+    Ok((durable, deltas))
+}
+
+/// Refuse filesystems whose locking SQLite's WAL cannot trust. WAL needs
+/// coherent shared memory (mmap of the -shm file) and POSIX advisory locks
+/// between processes on one kernel; network and FUSE filesystems do not
+/// reliably give both (https://sqlite.org/wal.html, "WAL does not work over a
+/// network filesystem"). The magic numbers are from linux/magic.h.
+pub fn check_filesystem(dir: &Path) -> Result<()> {
+    let st = rustix::fs::statfs(dir).map_err(|e| StoreError::io("statfs", dir, e.into()))?;
+    let magic = st.f_type as u64;
+    let name = match magic {
+        0xEF53 => return Ok(()),      // ext2/3/4
+        0x5846_5342 => return Ok(()), // xfs
+        0x9123_683E => return Ok(()), // btrfs
+        0x0102_1994 => return Ok(()), // tmpfs
+        0x794C_7630 => return Ok(()), // overlayfs (local container roots)
+        0x2FC1_2FC1 => return Ok(()), // zfs
+        0xF2F5_2010 => return Ok(()), // f2fs
+        0xCA45_1A4E => return Ok(()), // bcachefs
+        0x6969 => "NFS".to_string(),
+        0x6573_5546 => "a FUSE filesystem (incl. virtiofs)".to_string(),
+        0x0102_1997 => "9p".to_string(),
+        0xFF53_4D42 => "CIFS".to_string(),
+        0xFE53_4D42 => "SMB2".to_string(),
+        0x517B => "SMB".to_string(),
+        0x0BD0_0BD0 => "Lustre".to_string(),
+        0x0016_14F0 => "ceph".to_string(),
+        other => format!("an unrecognised filesystem (statfs type {other:#x})"),
+    };
+    Err(StoreError::UnsupportedFilesystem {
+        path: dir.to_path_buf(),
+        fstype: name,
+    })
+}

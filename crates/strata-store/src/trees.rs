@@ -1,0 +1,193 @@
+//! Directory trees. A directory of up to `TREE_LEAF_MAX` entries is one leaf
+//! node; a larger one is split into leaves at names whose hash hits a
+//! boundary, under index nodes, so adding or changing one entry of a
+//! 100,000-entry directory rewrites one leaf and the index above it.
+
+use crate::chunker::{split_runs, tree_boundary, PAGE_MAX, PAGE_MIN, TREE_LEAF_MAX};
+use crate::error::{Result, StoreError};
+use crate::files::Batch;
+use crate::id::{Kind, ObjectId};
+use crate::object::{decode, encode, IndexEntry, TreeEntry, TreeNode};
+use crate::objects::{self, Prepared};
+use crate::store::Store;
+
+/// Build the nodes of a directory: returns the root id and every node to store.
+pub(crate) fn build_tree(mut entries: Vec<TreeEntry>) -> Result<(ObjectId, Vec<Prepared>)> {
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for w in entries.windows(2) {
+        if w[0].name == w[1].name {
+            return Err(StoreError::Invalid(format!(
+                "duplicate name {:?} in one directory",
+                String::from_utf8_lossy(&w[0].name)
+            )));
+        }
+    }
+    let mut out = Vec::new();
+    if entries.len() <= TREE_LEAF_MAX {
+        let raw = encode(&TreeNode::Leaf(entries));
+        let p = objects::prepare(Kind::Tree, &raw);
+        let id = p.id;
+        out.push(p);
+        return Ok((id, out));
+    }
+    // Split leaves at content-defined name boundaries.
+    let runs = split_runs(entries, 16, 4 * TREE_LEAF_MAX, |e| tree_boundary(&e.name));
+    let mut index: Vec<IndexEntry> = Vec::with_capacity(runs.len());
+    for run in runs {
+        let first_name = run[0].name.clone();
+        let count = run.len() as u64;
+        let p = objects::prepare(Kind::Tree, &encode(&TreeNode::Leaf(run)));
+        index.push(IndexEntry {
+            first_name,
+            id: p.id,
+            count,
+        });
+        out.push(p);
+    }
+    loop {
+        if index.len() <= PAGE_MAX {
+            let p = objects::prepare(Kind::Tree, &encode(&TreeNode::Index(index)));
+            let id = p.id;
+            out.push(p);
+            return Ok((id, out));
+        }
+        let runs = split_runs(index, PAGE_MIN, PAGE_MAX, |e| {
+            crate::chunker::page_boundary(&e.id)
+        });
+        let mut next = Vec::with_capacity(runs.len());
+        for run in runs {
+            let first_name = run[0].first_name.clone();
+            let count = run.iter().map(|e| e.count).sum();
+            let p = objects::prepare(Kind::Tree, &encode(&TreeNode::Index(run)));
+            next.push(IndexEntry {
+                first_name,
+                id: p.id,
+                count,
+            });
+            out.push(p);
+        }
+        index = next;
+    }
+}
+
+fn read_node(conn: &rusqlite::Connection, id: &ObjectId) -> Result<TreeNode> {
+    let raw = objects::get_raw_in(conn, id, Kind::Tree)?;
+    decode(&raw).map_err(|e| StoreError::Corrupt {
+        id: *id,
+        reason: format!("bad tree node: {e}"),
+    })
+}
+
+impl Store {
+    /// Store a directory's entries (any order) and return its tree id.
+    pub fn write_tree(&self, entries: Vec<TreeEntry>) -> Result<ObjectId> {
+        let _session = self.write_session()?;
+        let (id, nodes) = build_tree(entries)?;
+        let mut batch = Batch::new(self);
+        for n in nodes {
+            batch.push(n)?;
+        }
+        batch.flush()?;
+        Ok(id)
+    }
+
+    /// Every entry of a directory, sorted by name.
+    pub fn list_tree(&self, tree: ObjectId) -> Result<Vec<TreeEntry>> {
+        let conn = self.reader();
+        let mut out = Vec::new();
+        list_into(&conn, &tree, &mut out)?;
+        Ok(out)
+    }
+
+    /// One entry of a directory by name.
+    pub fn lookup(&self, tree: ObjectId, name: &[u8]) -> Result<Option<TreeEntry>> {
+        let conn = self.reader();
+        let mut id = tree;
+        loop {
+            match read_node(&conn, &id)? {
+                TreeNode::Leaf(entries) => {
+                    return Ok(entries
+                        .binary_search_by(|e| e.name.as_slice().cmp(name))
+                        .ok()
+                        .map(|i| entries[i].clone()))
+                }
+                TreeNode::Index(children) => {
+                    let i = children.partition_point(|c| c.first_name.as_slice() <= name);
+                    if i == 0 {
+                        return Ok(None);
+                    }
+                    id = children[i - 1].id;
+                }
+            }
+        }
+    }
+
+    /// The entry at a slash-separated path in a commit (`b""` or `b"/"` is
+    /// the root, returned as a synthetic directory entry).
+    pub fn read_path(&self, commit: ObjectId, path: &[u8]) -> Result<Option<TreeEntry>> {
+        let c = self.read_commit(commit)?;
+        self.lookup_path(c.tree, path)
+    }
+
+    /// The entry at a slash-separated path under a tree.
+    pub fn lookup_path(&self, tree: ObjectId, path: &[u8]) -> Result<Option<TreeEntry>> {
+        let mut entry = TreeEntry {
+            name: Vec::new(),
+            kind: crate::EntryKind::Dir(tree),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            xattrs: Vec::new(),
+            link_group: 0,
+        };
+        for comp in path
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
+            let crate::EntryKind::Dir(t) = entry.kind else {
+                return Ok(None);
+            };
+            match self.lookup(t, comp)? {
+                Some(e) => entry = e,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(entry))
+    }
+}
+
+fn list_into(conn: &rusqlite::Connection, id: &ObjectId, out: &mut Vec<TreeEntry>) -> Result<()> {
+    match read_node(conn, id)? {
+        TreeNode::Leaf(entries) => out.extend(entries),
+        TreeNode::Index(children) => {
+            for c in children {
+                list_into(conn, &c.id, out)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The ids a tree node references directly (child nodes, subtrees, file
+/// chunks and root pages), for fsck and gc.
+pub(crate) fn node_children(node: &TreeNode) -> Vec<(ObjectId, Kind)> {
+    let mut v = Vec::new();
+    match node {
+        TreeNode::Index(children) => v.extend(children.iter().map(|c| (c.id, Kind::Tree))),
+        TreeNode::Leaf(entries) => {
+            for e in entries {
+                match &e.kind {
+                    crate::EntryKind::Dir(t) => v.push((*t, Kind::Tree)),
+                    crate::EntryKind::File(c) => match &c.data {
+                        crate::ContentRef::Empty => {}
+                        crate::ContentRef::Chunk(id) => v.push((*id, Kind::Chunk)),
+                        crate::ContentRef::Pages { root, .. } => v.push((*root, Kind::Page)),
+                    },
+                    _ => {}
+                }
+            }
+        }
+    }
+    v
+}
