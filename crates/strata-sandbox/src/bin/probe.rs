@@ -1,0 +1,206 @@
+//! `strata-sandbox-probe`: a small binary for the integration tests.
+//!
+//! It is both the re-exec'd Sandbox init (it calls `maybe_run_internal`
+//! first) and the command run inside the Sandbox, answering one question
+//! per subcommand on stdout. Exit codes: 0 = done, 2 = bad usage.
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    strata_sandbox::maybe_run_internal();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| args.get(i).map(String::as_str).unwrap_or("");
+    match arg(0) {
+        // Identity and privilege lines of /proc/self/status.
+        "status" => {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+            for l in s.lines() {
+                let keys = [
+                    "Uid:",
+                    "Gid:",
+                    "Groups:",
+                    "CapInh:",
+                    "CapPrm:",
+                    "CapEff:",
+                    "CapBnd:",
+                    "CapAmb:",
+                    "NoNewPrivs:",
+                    "Seccomp:",
+                ];
+                if keys.iter().any(|k| l.starts_with(k)) {
+                    println!("{l}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        "exit" => ExitCode::from(arg(1).parse::<u8>().unwrap_or(2)),
+        "kill-self" => {
+            let sig: i32 = arg(1).parse().unwrap_or(libc::SIGKILL);
+            // SAFETY: raise(3) with a signal number; default disposition.
+            unsafe { libc::raise(sig) };
+            ExitCode::from(2)
+        }
+        // Alternate lines on stdout and stderr.
+        "streams" => {
+            for i in 0..5 {
+                println!("out-{i}");
+                let _ = std::io::stdout().flush();
+                eprintln!("err-{i}");
+            }
+            ExitCode::SUCCESS
+        }
+        // Leave an orphan behind (re-parented to PID 1), wait for it to end,
+        // then look for zombies in the whole PID namespace.
+        "orphan-zombies" => {
+            let st = std::process::Command::new("/bin/sh")
+                .args(["-c", "sleep 0.2 & exit 0"])
+                .status();
+            if !matches!(st, Ok(s) if s.success()) {
+                println!("sh failed: {st:?}");
+                return ExitCode::from(2);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(800));
+            let mut zombies = Vec::new();
+            let mut procs = 0;
+            for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.bytes().all(|b| b.is_ascii_digit()) {
+                    continue;
+                }
+                procs += 1;
+                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                // state is the field after the ")" closing comm (proc(5)).
+                let state = stat
+                    .rsplit_once(')')
+                    .map(|(_, r)| r.trim_start())
+                    .unwrap_or("");
+                if state.starts_with('Z') {
+                    zombies.push(stat.clone());
+                }
+            }
+            println!("procs={procs} zombies={}", zombies.len());
+            for z in zombies {
+                println!("zombie: {z}");
+            }
+            ExitCode::SUCCESS
+        }
+        // Try to create a file; print "ok" or "errno=N".
+        "try-create" => {
+            match std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .open(arg(1))
+            {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(arg(1));
+                    println!("ok");
+                }
+                Err(e) => println!("errno={}", e.raw_os_error().unwrap_or(-1)),
+            }
+            ExitCode::SUCCESS
+        }
+        "ls" => {
+            let mut names: Vec<String> = std::fs::read_dir(arg(1))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            for n in names {
+                println!("{n}");
+            }
+            ExitCode::SUCCESS
+        }
+        "cat" => {
+            let mut v = Vec::new();
+            let _ = std::fs::File::open(arg(1)).and_then(|mut f| f.read_to_end(&mut v));
+            let _ = std::io::stdout().write_all(&v);
+            ExitCode::SUCCESS
+        }
+        // Connect to a listener on 127.0.0.1 in the same process: proves lo is up.
+        "loopback" => {
+            let l = match std::net::TcpListener::bind("127.0.0.1:0") {
+                Ok(l) => l,
+                Err(e) => {
+                    println!("bind: {e}");
+                    return ExitCode::SUCCESS;
+                }
+            };
+            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            match std::net::TcpStream::connect(&addr) {
+                Ok(_) => println!("connected"),
+                Err(e) => println!("connect: {e}"),
+            }
+            ExitCode::SUCCESS
+        }
+        // Fork until refused; children wait in pause(). Capped so that a
+        // missing limit cannot take the machine down.
+        "forkbomb" => {
+            let cap: u32 = arg(1).parse().unwrap_or(1000);
+            let mut n = 0;
+            let mut last_err = 0;
+            while n < cap {
+                // SAFETY: single-threaded process; the child only pauses.
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    // SAFETY: pause(2)/_exit(2) are async-signal-safe.
+                    unsafe {
+                        libc::pause();
+                        libc::_exit(0);
+                    }
+                }
+                if pid < 0 {
+                    last_err = std::io::Error::last_os_error().raw_os_error().unwrap_or(-1);
+                    break;
+                }
+                n += 1;
+            }
+            println!("forks={n} errno={last_err}");
+            ExitCode::SUCCESS
+        }
+        // Start and join a thread: glibc tries clone3 (ENOSYS here) then clone.
+        "thread" => {
+            let r = std::thread::spawn(|| 7).join();
+            println!("thread={}", r.unwrap_or(0));
+            ExitCode::SUCCESS
+        }
+        "env" => {
+            for (k, v) in std::env::vars_os() {
+                println!("{}={}", k.to_string_lossy(), v.to_string_lossy());
+            }
+            ExitCode::SUCCESS
+        }
+        "cwd" => {
+            let d = std::env::current_dir().map(|p| p.display().to_string());
+            println!("{}", d.unwrap_or_else(|e| format!("error: {e}")));
+            ExitCode::SUCCESS
+        }
+        "stdin" => {
+            let mut v = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut v);
+            let _ = std::io::stdout().write_all(&v);
+            ExitCode::SUCCESS
+        }
+        "sleep" => {
+            let ms: u64 = arg(1).parse().unwrap_or(1000);
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            ExitCode::SUCCESS
+        }
+        // Allocate and touch N MiB.
+        "alloc" => {
+            let mib: usize = arg(1).parse().unwrap_or(1);
+            let mut blocks = Vec::new();
+            for _ in 0..mib {
+                blocks.push(vec![1u8; 1 << 20]);
+            }
+            println!("allocated={}", blocks.len());
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("strata-sandbox-probe: unknown subcommand {other:?}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! Memory, pids and CPU limits for a whole Sandbox, through cgroups v1 or
+//! v2 behind one interface.
+//!
+//! These machines (BRIEF §5) have v1 hierarchies for memory, pids and cpu
+//! under /sys/fs/cgroup/{memory,pids,cpu} and a v2 mount without
+//! controllers; elsewhere a pure v2 system has /sys/fs/cgroup/cgroup.controllers.
+//! Detection follows that: `cgroup.controllers` at the root means v2
+//! (cgroups(7)), otherwise the v1 hierarchies are found in
+//! /proc/self/mountinfo.
+//!
+//! A Sandbox cgroup is created *below the caller's own cgroup* (read from
+//! /proc/self/cgroup), so whatever limits the caller already lives under
+//! still bound the Sandbox (limits are hierarchical), and nothing outside
+//! our subtree is touched.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+/// Limits for one Sandbox. `None` leaves a limit unset (inherited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Memory in bytes (v1 memory.limit_in_bytes, v2 memory.max).
+    pub memory_bytes: Option<u64>,
+    /// Most tasks (processes and threads) at once (pids.max). Stops fork bombs.
+    pub pids: Option<u64>,
+    /// CPU in thousandths of one CPU: 1000 = one full CPU, 500 = half
+    /// (v1 cpu.cfs_quota_us / cpu.cfs_period_us, v2 cpu.max).
+    pub cpu_millis: Option<u64>,
+}
+
+impl Limits {
+    pub fn is_empty(&self) -> bool {
+        self.memory_bytes.is_none() && self.pids.is_none() && self.cpu_millis.is_none()
+    }
+}
+
+/// CFS period used for CPU limits: 100 ms, the kernel default.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// Which cgroup version is in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hierarchy {
+    /// Unified hierarchy mounted at `root`.
+    V2 { root: PathBuf },
+    /// One mount per controller (controller name, mount point).
+    V1 { mounts: Vec<(String, PathBuf)> },
+}
+
+/// A cgroup operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cgroup: reading {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("cgroup: no cgroup v2 root and no v1 hierarchy for controller {controller} in /proc/self/mountinfo")]
+    NoController { controller: &'static str },
+    #[error("cgroup: this process has no entry for {controller} in /proc/self/cgroup")]
+    NoSelfEntry { controller: String },
+    #[error("cgroup: invalid name {name:?} (use 1-64 characters of [A-Za-z0-9_.-], not . or ..)")]
+    BadName { name: String },
+    #[error("cgroup: creating {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cgroup: writing {value:?} to {path}: {source}")]
+    Write {
+        path: PathBuf,
+        value: String,
+        source: io::Error,
+    },
+    #[error("cgroup: removing {path}: {source}")]
+    Remove { path: PathBuf, source: io::Error },
+}
+
+fn read(path: &Path) -> Result<String, CgroupError> {
+    fs::read_to_string(path).map_err(|source| CgroupError::Read {
+        path: path.into(),
+        source,
+    })
+}
+
+fn write(path: &Path, value: &str) -> Result<(), CgroupError> {
+    fs::write(path, value).map_err(|source| CgroupError::Write {
+        path: path.into(),
+        value: value.into(),
+        source,
+    })
+}
+
+/// Find the cgroup hierarchy of this machine.
+pub fn detect() -> Result<Hierarchy, CgroupError> {
+    let root = PathBuf::from("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        return Ok(Hierarchy::V2 { root });
+    }
+    let mountinfo = read(Path::new("/proc/self/mountinfo"))?;
+    Ok(Hierarchy::V1 {
+        mounts: parse_v1_mounts(&mountinfo),
+    })
+}
+
+/// v1 mounts from mountinfo(5): "... mountpoint ... - cgroup cgroup rw,memory".
+fn parse_v1_mounts(mountinfo: &str) -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut r = right.split_whitespace();
+        if r.next() != Some("cgroup") {
+            continue;
+        }
+        let Some(mountpoint) = left.split_whitespace().nth(4) else {
+            continue;
+        };
+        let super_opts = r.nth(1).unwrap_or("");
+        for opt in super_opts.split(',') {
+            if matches!(
+                opt,
+                "memory" | "pids" | "cpu" | "cpuacct" | "cpuset" | "freezer"
+            ) {
+                out.push((opt.to_string(), PathBuf::from(mountpoint)));
+            }
+        }
+    }
+    out
+}
+
+/// This process's cgroup path per v1 controller, or for v2 (key "").
+fn self_paths() -> Result<Vec<(String, String)>, CgroupError> {
+    let text = read(Path::new("/proc/self/cgroup"))?;
+    let mut out = Vec::new();
+    // Format (cgroups(7)): hierarchy-ID:controller-list:cgroup-path
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, ctrls, path) = (parts.next(), parts.next(), parts.next());
+        let (Some(ctrls), Some(path)) = (ctrls, path) else {
+            continue;
+        };
+        if ctrls.is_empty() {
+            out.push((String::new(), path.to_string()));
+        }
+        for c in ctrls.split(',').filter(|c| !c.is_empty()) {
+            out.push((c.to_string(), path.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+fn check_name(name: &str) -> Result<(), CgroupError> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name != "."
+        && name != ".."
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(CgroupError::BadName { name: name.into() })
+    }
+}
+
+/// A Sandbox's cgroup: one directory (v2) or one per controller (v1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroup {
+    /// (controller or "" for v2, directory of this cgroup, directory of the parent).
+    dirs: Vec<(String, PathBuf, PathBuf)>,
+    v2: bool,
+}
+
+impl Cgroup {
+    /// Create `name` below this process's cgroup and apply `limits`.
+    /// Only the controllers a limit needs are used.
+    pub fn create(name: &str, limits: &Limits) -> Result<Cgroup, CgroupError> {
+        check_name(name)?;
+        let mut wanted: Vec<&'static str> = Vec::new();
+        if limits.memory_bytes.is_some() {
+            wanted.push("memory");
+        }
+        if limits.pids.is_some() {
+            wanted.push("pids");
+        }
+        if limits.cpu_millis.is_some() {
+            wanted.push("cpu");
+        }
+        let selfs = self_paths()?;
+        let cg =
+            match detect()? {
+                Hierarchy::V2 { root } => {
+                    let own = selfs.iter().find(|(c, _)| c.is_empty()).ok_or(
+                        CgroupError::NoSelfEntry {
+                            controller: "(v2)".into(),
+                        },
+                    )?;
+                    let parent = root.join(own.1.trim_start_matches('/'));
+                    // Controllers must be enabled in the parent's subtree_control
+                    // before the child gets their files (cgroups(7), v2). This
+                    // fails with EBUSY if the parent has processes and is not the
+                    // root ("no internal processes" rule): then the caller must
+                    // run in a delegated cgroup of its own.
+                    if !wanted.is_empty() {
+                        let v: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
+                        write(&parent.join("cgroup.subtree_control"), &v.join(" "))?;
+                    }
+                    let dir = parent.join(name);
+                    Cgroup {
+                        dirs: vec![(String::new(), dir, parent)],
+                        v2: true,
+                    }
+                }
+                Hierarchy::V1 { mounts } => {
+                    let mut dirs = Vec::new();
+                    for c in &wanted {
+                        let mount = mounts
+                            .iter()
+                            .find(|(m, _)| m == c)
+                            .ok_or(CgroupError::NoController { controller: c })?;
+                        let own =
+                            selfs
+                                .iter()
+                                .find(|(s, _)| s == c)
+                                .ok_or(CgroupError::NoSelfEntry {
+                                    controller: c.to_string(),
+                                })?;
+                        let parent = mount.1.join(own.1.trim_start_matches('/'));
+                        dirs.push((c.to_string(), parent.join(name), parent));
+                    }
+                    Cgroup { dirs, v2: false }
+                }
+            };
+        for (_, dir, _) in &cg.dirs {
+            fs::create_dir(dir).map_err(|source| CgroupError::Create {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        if let Err(e) = cg.apply(limits) {
+            let _ = cg.clone().destroy(Duration::ZERO);
+            return Err(e);
+        }
+        Ok(cg)
+    }
+
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _, _)| self.v2 || c == controller)
+            .map(|(_, d, _)| d.as_path())
+    }
+
+    fn apply(&self, limits: &Limits) -> Result<(), CgroupError> {
+        if let (Some(bytes), Some(dir)) = (limits.memory_bytes, self.dir("memory")) {
+            if self.v2 {
+                write(&dir.join("memory.max"), &bytes.to_string())?;
+                // Swap would let the Sandbox exceed the limit on disk; 0 keeps
+                // it honest. Absent when the kernel has no swap accounting.
+                let swap = dir.join("memory.swap.max");
+                if swap.exists() {
+                    write(&swap, "0")?;
+                }
+            } else {
+                write(&dir.join("memory.limit_in_bytes"), &bytes.to_string())?;
+            }
+        }
+        if let (Some(n), Some(dir)) = (limits.pids, self.dir("pids")) {
+            write(&dir.join("pids.max"), &n.to_string())?;
+        }
+        if let (Some(m), Some(dir)) = (limits.cpu_millis, self.dir("cpu")) {
+            // quota per period: m/1000 CPUs. The kernel refuses quotas below 1 ms.
+            let quota = (m.saturating_mul(CPU_PERIOD_US) / 1000).max(1000);
+            if self.v2 {
+                write(&dir.join("cpu.max"), &format!("{quota} {CPU_PERIOD_US}"))?;
+            } else {
+                write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Move process `pid` (and, in v1 and v2 alike, all its threads) in.
+    pub fn add_process(&self, pid: u32) -> Result<(), CgroupError> {
+        for (_, dir, _) in &self.dirs {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Move process `pid` back to the parent cgroup(s) (before destroy).
+    pub fn move_to_parent(&self, pid: u32) -> Result<(), CgroupError> {
+        for (_, _, parent) in &self.dirs {
+            write(&parent.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Directories of this cgroup.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|(_, d, _)| d.clone()).collect()
+    }
+
+    /// Processes currently in the cgroup.
+    pub fn procs(&self) -> Result<Vec<u32>, CgroupError> {
+        let mut out = Vec::new();
+        for (_, dir, _) in &self.dirs {
+            for l in read(&dir.join("cgroup.procs"))?.lines() {
+                if let Ok(p) = l.trim().parse() {
+                    out.push(p);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Remove the cgroup directories. `rmdir` fails with EBUSY while tasks
+    /// remain (they may still be exiting), so retry until `wait` passes.
+    pub fn destroy(self, wait: Duration) -> Result<(), CgroupError> {
+        let start = Instant::now();
+        for (_, dir, _) in &self.dirs {
+            loop {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < wait => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(source) => {
+                        return Err(CgroupError::Remove {
+                            path: dir.clone(),
+                            source,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_v1_mountinfo() {
+        let mi =
+            "35 25 0:30 / /sys/fs/cgroup/memory rw,relatime shared:13 - cgroup cgroup rw,memory\n\
+                  36 25 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                  37 25 0:32 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        let m = parse_v1_mounts(mi);
+        assert!(m.contains(&("memory".into(), "/sys/fs/cgroup/memory".into())));
+        assert!(m.contains(&("cpu".into(), "/sys/fs/cgroup/cpu,cpuacct".into())));
+        assert!(m.contains(&("cpuacct".into(), "/sys/fs/cgroup/cpu,cpuacct".into())));
+        assert_eq!(m.len(), 3);
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for n in ["", ".", "..", "a/b", "x y", &"a".repeat(65)] {
+            assert!(
+                matches!(check_name(n), Err(CgroupError::BadName { .. })),
+                "{n:?}"
+            );
+        }
+        assert!(check_name("strata-1a2b.c_d").is_ok());
+    }
+}

@@ -1,0 +1,429 @@
+//! The two single-threaded processes of a Sandbox: the monitor (host
+//! side) and PID 1 (inside). See [`crate::ns`] for the picture.
+//!
+//! Both wait for signals synchronously: the signals they care about are
+//! blocked and collected with `sigwaitinfo(2)`, so there are no signal
+//! handlers and no async-signal-safety concerns. The mask is inherited by
+//! children and reset in [`crate::exec`] before the command's `execve`.
+
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+
+use crate::cgroup::Cgroup;
+use crate::exec::{Failure, PreparedExec};
+use crate::internal::{write_json_file, InitWire};
+use crate::ns::{Outcome, Report, RunAs, SANDBOX_FAILURE_EXIT};
+use crate::seccomp::{CompiledPolicy, Policy};
+
+/// Signals passed on to the command (like tini): termination requests,
+/// job control continuation and window size changes.
+const FORWARDED: &[i32] = &[
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGWINCH,
+    libc::SIGCONT,
+];
+
+fn waited_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        for &s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+fn block(set: &libc::sigset_t) -> std::io::Result<()> {
+    // SAFETY: `set` is initialised; the old mask is not needed.
+    let rc = unsafe { libc::sigprocmask(libc::SIG_BLOCK, set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Next blocked signal from `set`, retrying on EINTR.
+fn next_signal(set: &libc::sigset_t) -> Option<i32> {
+    loop {
+        // SAFETY: `set` is initialised; siginfo may be NULL (sigwaitinfo(2)).
+        let sig = unsafe { libc::sigwaitinfo(set, std::ptr::null_mut()) };
+        if sig > 0 {
+            return Some(sig);
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
+}
+
+fn outcome_of(status: libc::c_int) -> Option<Outcome> {
+    if libc::WIFEXITED(status) {
+        Some(Outcome::Exited(libc::WEXITSTATUS(status)))
+    } else if libc::WIFSIGNALED(status) {
+        Some(Outcome::Signaled(libc::WTERMSIG(status)))
+    } else {
+        None
+    }
+}
+
+fn os_failure(stage: &str, what: impl std::fmt::Display, e: &std::io::Error) -> Failure {
+    Failure {
+        stage: stage.into(),
+        message: format!("{what}: {e}"),
+        errno: e.raw_os_error(),
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Into::into)
+}
+
+fn kill(pid: libc::pid_t, sig: i32) {
+    // SAFETY: kill(2) takes plain integers. ESRCH (already gone) is fine.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// The monitor: runs in the host namespaces, returns the exit code for
+/// `std::process::exit` (or dies of the command's signal).
+pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
+    let finish = |report: Report| -> i32 {
+        if let Err(e) = write_json_file(&wire.report, &report) {
+            eprintln!(
+                "strata sandbox: writing report {}: {e}",
+                wire.report.display()
+            );
+        }
+        match report {
+            Report::Finished(Outcome::Exited(c)) => c,
+            Report::Finished(Outcome::Signaled(s)) => die_of(s),
+            Report::Failed(f) => {
+                eprintln!("strata sandbox: {} failed: {}", f.stage, f.message);
+                SANDBOX_FAILURE_EXIT
+            }
+        }
+    };
+
+    // 1. cgroup first, joined by the monitor itself, so PID 1 and
+    //    everything below it are born inside (no window outside limits).
+    let cgroup = if wire.config.limits.is_empty() {
+        None
+    } else {
+        let name = wire
+            .config
+            .cgroup_name
+            .clone()
+            .unwrap_or_else(|| format!("strata-{}", std::process::id()));
+        match Cgroup::create(&name, &wire.config.limits) {
+            Ok(cg) => {
+                if let Err(e) = cg.add_process(std::process::id()) {
+                    let _ = cg.destroy(std::time::Duration::ZERO);
+                    return finish(Report::Failed(Failure {
+                        stage: "cgroup".into(),
+                        message: e.to_string(),
+                        errno: None,
+                    }));
+                }
+                Some(cg)
+            }
+            Err(e) => {
+                return finish(Report::Failed(Failure {
+                    stage: "cgroup".into(),
+                    message: e.to_string(),
+                    errno: None,
+                }))
+            }
+        }
+    };
+
+    let report = monitor_inner(wire, prepared);
+
+    // Cleanup: PID 1 is gone and with it every process of the PID
+    // namespace (the kernel kills them when the namespace's init exits and
+    // waits for them before PID 1 is reaped), so the cgroup can go.
+    if let Some(cg) = cgroup {
+        let cleaned = cg
+            .move_to_parent(std::process::id())
+            .and_then(|()| cg.clone().destroy(std::time::Duration::from_secs(2)));
+        if let Err(e) = cleaned {
+            eprintln!("strata sandbox: cgroup cleanup: {e}");
+        }
+    }
+    finish(report)
+}
+
+fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
+    // 2. Compile the filter here, before any fork, so that a policy error
+    //    is reported plainly.
+    let filter = match wire.run_as {
+        RunAs::User(_) => match Policy::default().compile() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                return Report::Failed(Failure {
+                    stage: "seccomp".into(),
+                    message: e.to_string(),
+                    errno: None,
+                })
+            }
+        },
+        RunAs::Root => None,
+    };
+
+    // 3. Block the signals we wait for before forking, so none is lost.
+    let set = waited_set();
+    if let Err(e) = block(&set) {
+        return Report::Failed(os_failure("init", "sigprocmask", &e));
+    }
+
+    // 4. Channel PID 1 -> monitor for PID 1's report.
+    let (rd, wr) = match pipe() {
+        Ok(p) => p,
+        Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
+    };
+
+    // 5. New PID namespace: applies to the *next* child (unshare(2)), which
+    //    becomes its PID 1. The monitor stays in the host's namespaces.
+    // SAFETY: plain unshare(2) of a single-threaded process.
+    if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Report::Failed(os_failure(
+            "namespaces",
+            "unshare(CLONE_NEWPID) (needs root)",
+            &e,
+        ));
+    }
+
+    // 6. Fork PID 1.
+    // SAFETY: this process is single-threaded (checked in run_init), so
+    // the child may allocate and run arbitrary code.
+    let pid1 = unsafe { libc::fork() };
+    if pid1 < 0 {
+        let e = std::io::Error::last_os_error();
+        return Report::Failed(os_failure("init", "fork of PID 1", &e));
+    }
+    if pid1 == 0 {
+        drop(rd);
+        let report = pid1_run(wire, prepared, filter.as_ref());
+        let mut f = std::fs::File::from(wr);
+        let _ = serde_json::to_writer(&mut f, &report);
+        let _ = f.flush();
+        std::process::exit(0);
+    }
+    drop(wr);
+
+    // 7. Forward signals to PID 1 until it exits.
+    let status = loop {
+        match next_signal(&set) {
+            got @ (Some(libc::SIGCHLD) | None) => {
+                // Without a usable sigwaitinfo (None), block in waitpid.
+                let flags = if got.is_none() { 0 } else { libc::WNOHANG };
+                let mut status = 0;
+                // SAFETY: waitpid writes the status through a valid pointer.
+                let r = unsafe { libc::waitpid(pid1, &mut status, flags) };
+                if r == pid1 {
+                    break status;
+                }
+            }
+            Some(sig) => kill(pid1, sig),
+        }
+    };
+
+    // 8. PID 1's report, or a failure if it died without one.
+    let mut text = String::new();
+    let _ = std::fs::File::from(rd).read_to_string(&mut text);
+    match serde_json::from_str::<Report>(&text) {
+        Ok(r) => r,
+        Err(_) => Report::Failed(Failure {
+            stage: "init".into(),
+            message: format!(
+                "sandbox PID 1 ended ({:?}) without a report",
+                outcome_of(status)
+            ),
+            errno: None,
+        }),
+    }
+}
+
+/// Exit "by" signal `sig`, so that our parent's wait status is exactly the
+/// command's. Core dumps are disabled first: the monitor must not dump
+/// core for a command's SIGSEGV/SIGABRT.
+fn die_of(sig: i32) -> i32 {
+    let _ = rustix::process::setrlimit(
+        rustix::process::Resource::Core,
+        rustix::process::Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        },
+    );
+    // SAFETY: resetting a disposition to SIG_DFL, unblocking and raising
+    // the signal on ourselves; no handler code runs.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // Only reached for signals whose default action is not to terminate.
+    128 + sig
+}
+
+/// PID 1 of the Sandbox. Returns the report for the monitor.
+fn pid1_run(wire: &InitWire, prepared: &PreparedExec, filter: Option<&CompiledPolicy>) -> Report {
+    match pid1_setup(wire) {
+        Ok(()) => {}
+        Err(f) => return Report::Failed(f),
+    }
+    pid1_supervise(wire, prepared, filter)
+}
+
+fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
+    // If the monitor dies (e.g. SIGKILL), take the Sandbox down with it
+    // rather than leave an unsupervised namespace behind.
+    // SAFETY: PR_SET_PDEATHSIG takes an integer argument only.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+
+    // The remaining namespaces. Mount: private view; UTS: own hostname;
+    // IPC: own SysV/POSIX queues and shm; cgroup: /proc/self/cgroup is
+    // rooted at the Sandbox's cgroup (joined by the monitor already);
+    // network unless the host's is requested.
+    let mut flags =
+        libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP;
+    if wire.config.network == crate::net::Network::None {
+        flags |= libc::CLONE_NEWNET;
+    }
+    // SAFETY: plain unshare(2) of a single-threaded process.
+    if unsafe { libc::unshare(flags) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(os_failure(
+            "namespaces",
+            "unshare(NEWNS|NEWUTS|NEWIPC|NEWCGROUP|NEWNET)",
+            &e,
+        ));
+    }
+    crate::mounts::build_view(
+        &wire.config.root,
+        &wire.config.binds,
+        wire.config.tmp_size_bytes,
+    )
+    .map_err(|e| Failure {
+        stage: "mount".into(),
+        message: e.to_string(),
+        errno: match &e {
+            crate::mounts::MountError::Step { source, .. } => source.raw_os_error(),
+            _ => None,
+        },
+    })?;
+    let host = wire.config.hostname.as_deref().unwrap_or("strata");
+    rustix::system::sethostname(host.as_bytes())
+        .map_err(|e| os_failure("hostname", format!("sethostname({host:?})"), &e.into()))?;
+    if wire.config.network == crate::net::Network::None {
+        crate::net::loopback_up().map_err(|e| Failure {
+            stage: "network".into(),
+            message: e.to_string(),
+            errno: None,
+        })?;
+    }
+    Ok(())
+}
+
+fn pid1_supervise(
+    wire: &InitWire,
+    prepared: &PreparedExec,
+    filter: Option<&CompiledPolicy>,
+) -> Report {
+    // Error channel command -> PID 1: close-on-exec, so a successful
+    // execve closes it (EOF, nothing read) and a failure before execve
+    // arrives as JSON. This is how a missing program is an error (ENOENT)
+    // and not a guessed exit code 127.
+    let (rd, wr) = match pipe() {
+        Ok(p) => p,
+        Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
+    };
+    // SAFETY: PID 1 is single-threaded; the child only runs our code.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        let e = std::io::Error::last_os_error();
+        return Report::Failed(os_failure("init", "fork of the command", &e));
+    }
+    if child == 0 {
+        drop(rd);
+        let err = match (wire.run_as, filter) {
+            (RunAs::User(_), Some(f)) => crate::exec::drop_privileges_and_exec(prepared, f),
+            (RunAs::Root, _) => crate::exec::exec_privileged(prepared),
+            (RunAs::User(_), None) => {
+                // Unreachable by construction (the monitor compiles the
+                // filter for every User); refuse rather than run unfiltered.
+                let f = Failure {
+                    stage: "seccomp".into(),
+                    message: "no seccomp filter for a user command".into(),
+                    errno: None,
+                };
+                let mut w = std::fs::File::from(wr);
+                let _ = serde_json::to_writer(&mut w, &f);
+                // SAFETY: _exit ends this child without running destructors.
+                unsafe { libc::_exit(127) };
+            }
+        };
+        let mut w = std::fs::File::from(wr);
+        let _ = serde_json::to_writer(&mut w, &Failure::from(&err));
+        // SAFETY: as above.
+        unsafe { libc::_exit(127) };
+    }
+    drop(wr);
+    let mut text = String::new();
+    let _ = std::fs::File::from(rd).read_to_string(&mut text);
+    let exec_failure: Option<Failure> = if text.is_empty() {
+        None
+    } else {
+        serde_json::from_str(&text).ok()
+    };
+
+    // Supervise: reap everything (orphans are re-parented to us as PID 1
+    // of the namespace, pid_namespaces(7)), forward signals to the command,
+    // stop when the command itself has ended.
+    let set = waited_set();
+    let raw = 'outer: loop {
+        match next_signal(&set) {
+            Some(libc::SIGCHLD) | None => loop {
+                let mut status = 0;
+                // SAFETY: waitpid writes through a valid pointer.
+                let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+                if r == child {
+                    break 'outer status;
+                }
+                if r <= 0 {
+                    break;
+                }
+            },
+            Some(sig) => kill(child, sig),
+        }
+    };
+    if let Some(f) = exec_failure {
+        return Report::Failed(f);
+    }
+    match outcome_of(raw) {
+        Some(o) => Report::Finished(o),
+        None => Report::Failed(Failure {
+            stage: "init".into(),
+            message: format!("unexpected wait status {raw:#x}"),
+            errno: None,
+        }),
+    }
+}

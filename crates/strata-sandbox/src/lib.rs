@@ -1,0 +1,43 @@
+//! strata-sandbox: the native (Docker-less) Sandbox primitives of strata.
+//!
+//! * [`seccomp`]: the command's seccomp policy, as reviewed data.
+//! * [`exec`]: the privilege drop and `execve` of one command.
+//! * [`ns`]: run a command in fresh namespaces under a reaping PID 1
+//!   ([`SandboxCommand`]), via the re-exec'd init ([`maybe_run_internal`]).
+//! * [`mounts`], [`net`]: the command's view (read-only root, private
+//!   /tmp, fresh /proc, minimal /dev, loopback-only network).
+//! * [`cgroup`], [`rlimit`]: limits.
+//! * [`backend`]: the Backend trait (contract B1–B10), types only for now.
+//!
+//! Any binary that uses [`SandboxCommand`] or [`exec_helper_command`] must
+//! call [`maybe_run_internal`] first thing in `main`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("strata-sandbox is Linux-only");
+
+pub mod backend;
+pub mod cgroup;
+pub mod exec;
+mod init;
+pub mod internal;
+pub mod mounts;
+pub mod net;
+pub mod ns;
+pub mod rlimit;
+pub mod seccomp;
+
+pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
+pub use exec::{
+    drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
+    PreparedExec, SpecError, DEFAULT_GID, DEFAULT_UID,
+};
+pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
+pub use mounts::{BindMount, MountError, RootFs};
+pub use net::{NetError, Network};
+pub use ns::{
+    Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand, SandboxConfig, SpawnError,
+};
+pub use rlimit::{Resource, Rlimit, RlimitError};
+pub use seccomp::{CompiledPolicy, Policy, Rule, POLICY};

@@ -1,0 +1,409 @@
+//! The command's view of the filesystem, built by the sandbox init inside
+//! its fresh mount namespace (before any command runs).
+//!
+//! Order (each step's reason is at the step):
+//! 1. make every mount private, so nothing propagates to or from the host;
+//! 2. stage the new root: the host root bound recursively, or a rootfs dir;
+//! 3. make the whole staged tree read-only, nosuid, nodev (mount_setattr
+//!    with AT_RECURSIVE, Linux 5.12);
+//! 4. fresh /tmp (tmpfs), /proc (procfs of the new PID namespace), /sys
+//!    (read-only sysfs of the new network namespace), a minimal /dev;
+//! 5. extra bind mounts (the Workspace mounts, later);
+//! 6. pivot_root and detach the old root, so the host tree is unreachable.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+use serde::{Deserialize, Serialize};
+
+/// What `/` is inside the Sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RootFs {
+    /// The host's own root, recursively bound and read-only.
+    HostReadOnly,
+    /// A directory holding a root filesystem (an unpacked image).
+    /// Mount points /tmp, /proc, /sys and /dev are created in it if missing.
+    Dir { path: PathBuf, readonly: bool },
+}
+
+/// An extra bind mount into the Sandbox (e.g. a Workspace at /workspace).
+/// The target must already exist in the new root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindMount {
+    /// Path on the host (before pivot_root).
+    pub source: PathBuf,
+    /// Absolute path inside the Sandbox.
+    pub target: PathBuf,
+    pub readonly: bool,
+}
+
+/// Device nodes a command gets, bound from the host's /dev. Deliberately
+/// no /dev/fuse: a command must not be able to mount a FUSE filesystem
+/// (and nothing else: no block devices, no /dev/kvm, no /dev/mem).
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+/// Where the staged root lives before pivot_root: inside a tmpfs mounted
+/// over /tmp *in the new mount namespace only* (the host's /tmp is not
+/// touched and the directory vanishes with the namespace).
+const STAGING_TMPFS: &str = "/tmp";
+const STAGING_ROOT: &str = "/tmp/.strata-root";
+
+/// A mount step failed; `step` says which and `path` where.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("mount: {step} at {path}: {source}")]
+    Step {
+        step: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("mount: rootfs {path} is not a directory")]
+    NoRootfs { path: PathBuf },
+    #[error("mount: bind target {target} must be an absolute path without '..' that exists in the new root")]
+    BadTarget { target: PathBuf },
+}
+
+fn step<T>(
+    step: &'static str,
+    path: impl AsRef<Path>,
+    r: Result<T, impl Into<io::Error>>,
+) -> Result<T, MountError> {
+    r.map_err(|e| MountError::Step {
+        step,
+        path: path.as_ref().into(),
+        source: e.into(),
+    })
+}
+
+fn flags(bits: libc::c_ulong) -> MountFlags {
+    MountFlags::from_bits_retain(bits as u32)
+}
+
+fn mount(
+    src: &str,
+    target: &Path,
+    fstype: &str,
+    bits: libc::c_ulong,
+    data: &str,
+    what: &'static str,
+) -> Result<(), MountError> {
+    let data = CString::new(data).map_err(|_| MountError::Step {
+        step: what,
+        path: target.into(),
+        source: io::ErrorKind::InvalidInput.into(),
+    })?;
+    step(
+        what,
+        target,
+        rustix::mount::mount(src, target, fstype, flags(bits), data.as_c_str()),
+    )
+}
+
+fn bind(src: &Path, target: &Path, recursive: bool, what: &'static str) -> Result<(), MountError> {
+    let r = if recursive {
+        rustix::mount::mount_bind_recursive(src, target)
+    } else {
+        rustix::mount::mount_bind(src, target)
+    };
+    step(what, target, r)
+}
+
+/// Remount one bind mount read-only, keeping the flags it must keep:
+/// a bind remount has to repeat nosuid/nodev/noexec that are set (or the
+/// kernel refuses with EPERM when they are "locked").
+fn remount_ro(target: &Path, extra: libc::c_ulong, what: &'static str) -> Result<(), MountError> {
+    let bits = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | extra;
+    step(
+        what,
+        target,
+        rustix::mount::mount_remount(target, flags(bits), ""),
+    )
+}
+
+/// mount_setattr(2) with AT_RECURSIVE: one call makes a whole tree
+/// read-only, nosuid and nodev, including submounts that a plain
+/// `MS_REMOUNT|MS_RDONLY` would miss. (rustix has no wrapper for it.)
+fn make_tree_readonly(target: &Path) -> Result<(), MountError> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let path = CString::new(target.as_os_str().as_bytes()).map_err(|_| MountError::Step {
+        step: "mount_setattr(ro,nosuid,nodev, recursive)",
+        path: target.into(),
+        source: io::ErrorKind::InvalidInput.into(),
+    })?;
+    // SAFETY: `path` is a valid C string and `attr` a valid struct
+    // mount_attr of the size passed; the kernel only reads both.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(MountError::Step {
+            step: "mount_setattr(ro,nosuid,nodev, recursive)",
+            path: target.into(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn mkdir_p(path: &Path, mode: u32) -> Result<(), MountError> {
+    step(
+        "mkdir",
+        path,
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(path),
+    )
+}
+
+fn touch(path: &Path) -> Result<(), MountError> {
+    step(
+        "create device mount point",
+        path,
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map(drop),
+    )
+}
+
+/// `p` relative to the staged root (`/x` -> `STAGING_ROOT/x`).
+fn under(root: &Path, p: &str) -> PathBuf {
+    root.join(p.trim_start_matches('/'))
+}
+
+/// Build the view and pivot into it. Must run in a fresh mount namespace
+/// (CLONE_NEWNS) as real root, and in the Sandbox's PID and network
+/// namespaces so that /proc and /sys describe them.
+pub fn build_view(
+    root: &RootFs,
+    binds: &[BindMount],
+    tmp_size_bytes: Option<u64>,
+) -> Result<(), MountError> {
+    // 1. Private propagation for everything, recursively. Without it, the
+    //    mounts below would propagate back into the host's shared mounts
+    //    (systemd makes / shared) and host mounts would appear inside.
+    step(
+        "make / private (MS_REC|MS_PRIVATE)",
+        "/",
+        rustix::mount::mount_change(
+            "/",
+            MountPropagationFlags::REC | MountPropagationFlags::PRIVATE,
+        ),
+    )?;
+
+    // 2. Stage the new root.
+    let new_root = match root {
+        RootFs::HostReadOnly => {
+            let staging = Path::new(STAGING_TMPFS);
+            mount(
+                "tmpfs",
+                staging,
+                "tmpfs",
+                libc::MS_NOSUID | libc::MS_NODEV,
+                "mode=0700",
+                "staging tmpfs",
+            )?;
+            let r = PathBuf::from(STAGING_ROOT);
+            mkdir_p(&r, 0o755)?;
+            bind(Path::new("/"), &r, true, "bind host / recursively")?;
+            r
+        }
+        RootFs::Dir { path, .. } => {
+            if !path.is_dir() {
+                return Err(MountError::NoRootfs { path: path.clone() });
+            }
+            // A bind onto itself makes the rootfs a mount point, which
+            // pivot_root(2) requires of new_root.
+            bind(path, path, true, "bind rootfs onto itself")?;
+            for d in ["tmp", "proc", "sys", "dev"] {
+                let p = path.join(d);
+                if !p.exists() {
+                    mkdir_p(&p, 0o755)?;
+                }
+            }
+            path.clone()
+        }
+    };
+
+    // 3. Read-only for the whole staged tree (every submount of the host
+    //    root too), plus nosuid/nodev: nothing on the host tree may grant
+    //    privileges or expose device nodes.
+    let readonly = match root {
+        RootFs::HostReadOnly => true,
+        RootFs::Dir { readonly, .. } => *readonly,
+    };
+    if readonly {
+        make_tree_readonly(&new_root)?;
+    }
+
+    // 4a. /tmp: a private, writable tmpfs (sticky, world-writable like a
+    //     normal /tmp). nosuid/nodev: nothing placed there gains privileges.
+    let tmp_data = match tmp_size_bytes {
+        Some(b) => format!("mode=1777,size={b}"),
+        None => "mode=1777".to_string(),
+    };
+    mount(
+        "tmpfs",
+        &under(&new_root, "/tmp"),
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV,
+        &tmp_data,
+        "tmpfs /tmp",
+    )?;
+
+    // 4b. /proc: a fresh procfs shows only the Sandbox's PID namespace
+    //     (procfs takes the PID namespace of the mounting process).
+    let proc_ = under(&new_root, "/proc");
+    mount(
+        "proc",
+        &proc_,
+        "proc",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "",
+        "procfs /proc",
+    )?;
+
+    // 4c. /sys read-only: sysfs mounted from inside the new network
+    //     namespace lists only its interfaces (lo). Read-only because
+    //     nothing in a Sandbox configures the kernel.
+    mount(
+        "sysfs",
+        &under(&new_root, "/sys"),
+        "sysfs",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+        "",
+        "sysfs /sys",
+    )?;
+
+    // 4d. /dev: a small tmpfs with only the devices in DEVICES bound from
+    //     the host, a private devpts instance, /dev/shm and the usual
+    //     symlinks; then the tmpfs itself goes read-only so no command can
+    //     add nodes or replace the symlinks.
+    let dev = under(&new_root, "/dev");
+    mount(
+        "tmpfs",
+        &dev,
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "mode=0755,size=65536",
+        "tmpfs /dev",
+    )?;
+    for name in DEVICES {
+        let host = Path::new("/dev").join(name);
+        let target = dev.join(name);
+        touch(&target)?;
+        bind(&host, &target, false, "bind device node")?;
+    }
+    let pts = dev.join("pts");
+    mkdir_p(&pts, 0o755)?;
+    // newinstance: a private devpts, so commands see only their own ptys
+    // (devpts(5)); ptmxmode=0666 lets the nonroot command open ptmx.
+    mount(
+        "devpts",
+        &pts,
+        "devpts",
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620",
+        "devpts /dev/pts",
+    )?;
+    let shm = dev.join("shm");
+    mkdir_p(&shm, 0o1777)?;
+    mount(
+        "tmpfs",
+        &shm,
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        "mode=1777",
+        "tmpfs /dev/shm",
+    )?;
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let l = dev.join(link);
+        step("symlink in /dev", &l, std::os::unix::fs::symlink(to, &l))?;
+    }
+    step(
+        "chmod /dev",
+        &dev,
+        fs::set_permissions(&dev, fs::Permissions::from_mode(0o755)),
+    )?;
+    remount_ro(
+        &dev,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "remount /dev read-only",
+    )?;
+
+    // 5. Extra binds (Workspace mounts and the like), after the read-only
+    //    step so that a writable bind stays writable.
+    for b in binds {
+        let t = &b.target;
+        if !crate::exec::is_clean_absolute(t) {
+            return Err(MountError::BadTarget { target: t.clone() });
+        }
+        let target = under(&new_root, &t.to_string_lossy());
+        if !target.exists() {
+            return Err(MountError::BadTarget { target: t.clone() });
+        }
+        bind(&b.source, &target, true, "bind mount into the Sandbox")?;
+        if b.readonly {
+            make_tree_readonly(&target)?;
+        }
+    }
+
+    // 6. pivot_root(".", ".") then detach the old root stacked on top of
+    //    it (the runc trick, see pivot_root(2) NOTES): no spare directory
+    //    is needed, and after the lazy unmount the host tree is not
+    //    reachable from this namespace at all (unlike chroot).
+    step(
+        "chdir to new root",
+        &new_root,
+        rustix::process::chdir(&new_root),
+    )?;
+    step(
+        "pivot_root",
+        &new_root,
+        rustix::process::pivot_root(".", "."),
+    )?;
+    step(
+        "detach old root",
+        "/",
+        rustix::mount::unmount(".", UnmountFlags::DETACH),
+    )?;
+    step("chdir /", "/", rustix::process::chdir("/"))?;
+    Ok(())
+}

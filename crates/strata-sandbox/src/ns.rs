@@ -1,0 +1,398 @@
+//! Running a command in a fresh native Sandbox (namespaces + mounts +
+//! cgroup), from any process, including a multi-threaded one.
+//!
+//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init …` with a
+//! plain `std::process::Command` (fork+exec, nothing in `pre_exec`). That
+//! binary must call [`crate::maybe_run_internal`] first thing in `main`;
+//! it then runs single-threaded as:
+//!
+//! * the **monitor** (host namespaces): joins the Sandbox cgroup, creates
+//!   the PID namespace and forks PID 1, forwards signals to it, writes the
+//!   report, cleans the cgroup up and exits with the command's status (or
+//!   dies of the command's signal);
+//! * **PID 1** (new PID, mount, network, IPC, UTS, cgroup namespaces):
+//!   builds the view ([`crate::mounts`]), brings `lo` up, forks the
+//!   command (which drops privileges, [`crate::exec`]), reaps every
+//!   orphan and forwards signals to the command.
+//!
+//! The outcome travels back in a small JSON report file in a private
+//! directory (mode 0700), so a failure of the Sandbox itself is an error
+//! for the caller and never looks like an exit status of the command.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cgroup::Limits;
+use crate::exec::{ExecSpec, Failure, Identity, SpecError};
+use crate::internal::{encode_argv, InitWire, INIT_ARG};
+use crate::mounts::{BindMount, RootFs};
+use crate::net::Network;
+use crate::rlimit::Rlimit;
+
+/// Exit code of the monitor when the Sandbox itself failed (the report
+/// says why). Chosen like `docker run`'s 125; callers use the report, not
+/// this number.
+pub const SANDBOX_FAILURE_EXIT: i32 = 125;
+
+/// How the Sandbox is built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxConfig {
+    pub root: RootFs,
+    pub network: Network,
+    /// Hostname in the Sandbox's UTS namespace (default "strata").
+    pub hostname: Option<String>,
+    pub limits: Limits,
+    /// Name of the cgroup created for `limits` (default `strata-<pid>`).
+    pub cgroup_name: Option<String>,
+    /// Size of the private /tmp (default: tmpfs default, half of RAM;
+    /// charged to the memory cgroup either way).
+    pub tmp_size_bytes: Option<u64>,
+    /// Extra bind mounts (Workspaces, later).
+    pub binds: Vec<BindMount>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            root: RootFs::HostReadOnly,
+            network: Network::None,
+            hostname: None,
+            limits: Limits::default(),
+            cgroup_name: None,
+            tmp_size_bytes: None,
+            binds: Vec::new(),
+        }
+    }
+}
+
+/// Who the command runs as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunAs {
+    /// A command: privileges dropped to this identity, seccomp applied.
+    User(Identity),
+    /// The Sandbox's daemon: root with capabilities, no filter.
+    Root,
+}
+
+/// How the command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl Outcome {
+    /// Shell convention: the code, or 128+N for signal N.
+    pub fn code(&self) -> i32 {
+        match *self {
+            Outcome::Exited(c) => c,
+            Outcome::Signaled(s) => 128 + s,
+        }
+    }
+}
+
+/// The report the monitor writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    Finished(Outcome),
+    Failed(Failure),
+}
+
+/// Starting the Sandbox failed (before anything ran).
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("sandbox spawn: {0}")]
+    Spec(#[from] SpecError),
+    #[error("sandbox spawn: encoding the init configuration: {source}")]
+    Encode { source: serde_json::Error },
+    #[error("sandbox spawn: finding the current executable for the init: {source}")]
+    CurrentExe { source: io::Error },
+    #[error("sandbox spawn: creating the report directory {path}: {source}")]
+    ReportDir { path: PathBuf, source: io::Error },
+    #[error("sandbox spawn: starting {exe} {INIT_ARG}: {source}")]
+    Start { exe: PathBuf, source: io::Error },
+}
+
+/// Waiting for the Sandbox failed, or the Sandbox (not the command) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("sandbox wait: {source}")]
+    Wait { source: io::Error },
+    #[error("sandbox failed at {}: {}", .0.stage, .0.message)]
+    Sandbox(Failure),
+    #[error("sandbox init ended with {status} and left no report at {path} (was {INIT_ARG} handled by maybe_run_internal() in the init binary's main?)")]
+    NoReport { status: ExitStatus, path: PathBuf },
+    #[error("sandbox: unreadable report {path}: {source}")]
+    BadReport {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+}
+
+/// A command to run in a new Sandbox. Build, set stdio, [`spawn`](Self::spawn).
+#[derive(Debug)]
+pub struct SandboxCommand {
+    config: SandboxConfig,
+    run_as: RunAs,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    cwd: PathBuf,
+    rlimits: Vec<Rlimit>,
+    init_exe: Option<PathBuf>,
+    stdio: [Option<Stdio>; 3],
+}
+
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl SandboxCommand {
+    /// A command with dropped privileges (the normal case).
+    pub fn new(config: SandboxConfig, spec: ExecSpec) -> Self {
+        SandboxCommand {
+            config,
+            run_as: RunAs::User(spec.identity),
+            argv: spec.argv,
+            env: spec.env,
+            cwd: spec.cwd,
+            rlimits: spec.rlimits,
+            init_exe: None,
+            stdio: [None, None, None],
+        }
+    }
+
+    /// The Sandbox's daemon: runs as root with capabilities. Never use
+    /// this for a user's command.
+    pub fn privileged(
+        config: SandboxConfig,
+        argv: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        cwd: PathBuf,
+    ) -> Self {
+        SandboxCommand {
+            config,
+            run_as: RunAs::Root,
+            argv,
+            env,
+            cwd,
+            rlimits: Vec::new(),
+            init_exe: None,
+            stdio: [None, None, None],
+        }
+    }
+
+    /// The binary re-executed as the init; it must call
+    /// [`crate::maybe_run_internal`]. Default: `std::env::current_exe()`.
+    pub fn init_exe(mut self, path: impl Into<PathBuf>) -> Self {
+        self.init_exe = Some(path.into());
+        self
+    }
+    pub fn stdin(mut self, s: Stdio) -> Self {
+        self.stdio[0] = Some(s);
+        self
+    }
+    pub fn stdout(mut self, s: Stdio) -> Self {
+        self.stdio[1] = Some(s);
+        self
+    }
+    pub fn stderr(mut self, s: Stdio) -> Self {
+        self.stdio[2] = Some(s);
+        self
+    }
+
+    /// Start the Sandbox. Bad input is refused here, before any process.
+    pub fn spawn(self) -> Result<SandboxChild, SpawnError> {
+        // Validate argv/env/cwd/rlimits exactly as the init will.
+        let identity = match self.run_as {
+            RunAs::User(i) => i,
+            RunAs::Root => Identity::default(),
+        };
+        ExecSpec {
+            argv: self.argv.clone(),
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            identity,
+            rlimits: self.rlimits.clone(),
+        }
+        .prepare()?;
+        let exe = match self.init_exe {
+            Some(p) => p,
+            None => std::env::current_exe().map_err(|source| SpawnError::CurrentExe { source })?,
+        };
+        let report_dir = std::env::temp_dir().join(format!(
+            "strata-sandbox-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        // 0700: the report is only for us; a pre-existing path is an error
+        // (create, not open), so nobody can plant a report.
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&report_dir)
+            .map_err(|source| SpawnError::ReportDir {
+                path: report_dir.clone(),
+                source,
+            })?;
+        let report = report_dir.join("report.json");
+        let wire = InitWire {
+            config: self.config,
+            run_as: self.run_as,
+            cwd: self.cwd,
+            rlimits: self.rlimits,
+            report: report.clone(),
+        };
+        let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(encode_argv(INIT_ARG, &json, &self.env, &self.argv));
+        // The init needs no environment; the command's env travels in argv.
+        cmd.env_clear();
+        let [i, o, e] = self.stdio;
+        if let Some(s) = i {
+            cmd.stdin(s);
+        }
+        if let Some(s) = o {
+            cmd.stdout(s);
+        }
+        if let Some(s) = e {
+            cmd.stderr(s);
+        }
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(source) => {
+                let _ = fs::remove_dir_all(&report_dir);
+                return Err(SpawnError::Start { exe, source });
+            }
+        };
+        Ok(SandboxChild {
+            child,
+            report_dir,
+            report,
+        })
+    }
+}
+
+/// A running Sandbox (its monitor process).
+#[derive(Debug)]
+pub struct SandboxChild {
+    child: Child,
+    report_dir: PathBuf,
+    report: PathBuf,
+}
+
+impl SandboxChild {
+    /// Host pid of the monitor.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The monitor process, e.g. to take its stdout/stderr pipes.
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Send `sig` to the monitor, which forwards it to PID 1 and PID 1 to
+    /// the command (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1/2, SIGWINCH).
+    pub fn signal(&self, sig: i32) -> io::Result<()> {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let sig = rustix::process::Signal::from_named_raw(sig)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        rustix::process::kill_process(pid, sig).map_err(Into::into)
+    }
+
+    /// Wait for the end and return the command's outcome.
+    pub fn wait(mut self) -> Result<Outcome, RunError> {
+        let status = self
+            .child
+            .wait()
+            .map_err(|source| RunError::Wait { source })?;
+        self.read_report(status)
+    }
+
+    /// Wait, collecting piped stdout and stderr separately (stdin, if
+    /// piped, is closed first so the command sees EOF).
+    pub fn wait_with_output(mut self) -> Result<(Outcome, Vec<u8>, Vec<u8>), RunError> {
+        use std::io::Read;
+        drop(self.child.stdin.take());
+        let out = self.child.stdout.take();
+        let err = self.child.stderr.take();
+        // stderr on its own thread so neither pipe can fill up and block
+        // the command while we read the other.
+        let err_reader = std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut e) = err {
+                let _ = e.read_to_end(&mut v);
+            }
+            v
+        });
+        let mut stdout = Vec::new();
+        if let Some(mut o) = out {
+            o.read_to_end(&mut stdout)
+                .map_err(|source| RunError::Wait { source })?;
+        }
+        let stderr = err_reader.join().unwrap_or_default();
+        let status = self
+            .child
+            .wait()
+            .map_err(|source| RunError::Wait { source })?;
+        let outcome = self.read_report(status)?;
+        Ok((outcome, stdout, stderr))
+    }
+
+    fn read_report(&self, status: ExitStatus) -> Result<Outcome, RunError> {
+        let text = match fs::read(&self.report) {
+            Ok(t) => t,
+            Err(_) => {
+                return Err(RunError::NoReport {
+                    status,
+                    path: self.report.clone(),
+                })
+            }
+        };
+        let report: Report =
+            serde_json::from_slice(&text).map_err(|source| RunError::BadReport {
+                path: self.report.clone(),
+                source,
+            })?;
+        match report {
+            Report::Finished(o) => {
+                // Cross-check with the monitor's own status: they must agree.
+                let agrees = match o {
+                    Outcome::Exited(c) => status.code() == Some(c),
+                    Outcome::Signaled(s) => {
+                        status.signal() == Some(s) || status.code() == Some(128 + s)
+                    }
+                };
+                if !agrees {
+                    return Err(RunError::Sandbox(Failure {
+                        stage: "monitor".into(),
+                        message: format!("report says {o:?} but the monitor ended with {status}"),
+                        errno: None,
+                    }));
+                }
+                Ok(o)
+            }
+            Report::Failed(f) => Err(RunError::Sandbox(f)),
+        }
+    }
+}
+
+impl Drop for SandboxChild {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.report_dir);
+    }
+}
+
+/// The report path's directory (for tests and debugging).
+pub fn report_dir_of(child: &SandboxChild) -> &Path {
+    &child.report_dir
+}
