@@ -27,6 +27,25 @@ pub(crate) struct Batch<'s> {
     pub(crate) new_bytes: u64,
 }
 
+/// Where prepared objects go: straight into a `Batch`, or over a channel to
+/// a writer thread (parallel snapshots).
+pub(crate) trait Sink {
+    fn push(&mut self, p: Prepared) -> Result<()>;
+}
+
+impl Sink for Batch<'_> {
+    fn push(&mut self, p: Prepared) -> Result<()> {
+        Batch::push(self, p)
+    }
+}
+
+impl Sink for std::sync::mpsc::SyncSender<Prepared> {
+    fn push(&mut self, p: Prepared) -> Result<()> {
+        self.send(p)
+            .map_err(|_| StoreError::Invalid("the object writer stopped early".into()))
+    }
+}
+
 impl<'s> Batch<'s> {
     pub(crate) fn new(store: &'s Store) -> Self {
         Batch {
@@ -109,7 +128,7 @@ impl Store {
         &self,
         src: &Path,
         prev: Option<&FileContent>,
-        batch: &mut Batch<'_>,
+        batch: &mut dyn Sink,
     ) -> Result<FileContent> {
         let mut f = std::fs::File::open(src).map_err(|e| StoreError::io("open", src, e))?;
         let len = f
@@ -145,7 +164,7 @@ impl Store {
         &self,
         bytes: &[u8],
         prev: Option<&FileContent>,
-        batch: &mut Batch<'_>,
+        batch: &mut dyn Sink,
     ) -> Result<FileContent> {
         if bytes.is_empty() {
             return Ok(FileContent::EMPTY);
@@ -170,7 +189,7 @@ impl Store {
         data: &[u8],
         offset: u64,
         prev: Option<&PrevVersion>,
-        batch: &mut Batch<'_>,
+        batch: &mut dyn Sink,
     ) -> Result<PageEntry> {
         let id = ObjectId::hash(Kind::Chunk, data);
         let entry = PageEntry {
@@ -220,7 +239,7 @@ impl Store {
         mut entries: Vec<PageEntry>,
         size: u64,
         prev: Option<&PrevVersion>,
-        batch: &mut Batch<'_>,
+        batch: &mut dyn Sink,
     ) -> Result<FileContent> {
         if entries.is_empty() {
             return Ok(FileContent::EMPTY);

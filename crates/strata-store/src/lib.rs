@@ -6,24 +6,37 @@
 #![forbid(unsafe_code)]
 
 mod chunker;
+mod diff;
 mod error;
+mod export;
 mod files;
 mod id;
+mod maint;
+mod meta;
 mod object;
 mod objects;
+mod progress;
 mod refs;
+mod snapshot;
 mod sql;
 mod store;
 mod trees;
 
 pub use chunker::{cut_points, CHUNK_AVG, CHUNK_MAX, CHUNK_MIN};
+pub use diff::{Change, ChangeKind};
 pub use error::{Result, StoreError};
+pub use export::ExportReport;
 pub use id::{Kind, ObjectId};
+pub use maint::{FsckReport, GcReport, Stats};
 pub use object::{
     Commit, ContentRef, EntryKind, FileContent, IndexEntry, Page, PageEntry, TreeEntry, TreeNode,
 };
+pub use progress::{NoProgress, Progress};
 pub use refs::{validate_name, BranchRef, Resolved};
-pub use store::{check_filesystem, Store, StoreOptions, BUSY_TIMEOUT, FORMAT_VERSION};
+pub use snapshot::SnapshotReport;
+pub use store::{
+    check_filesystem, Store, StoreOptions, WriteSession, BUSY_TIMEOUT, FORMAT_VERSION,
+};
 
 /// Nanoseconds since the Unix epoch.
 pub fn now_ns() -> i64 {

@@ -38,7 +38,6 @@ pub const META_GET: &str = "SELECT value FROM meta WHERE key = ?1";
 pub const META_PUT: &str = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)";
 pub const HAS_META_TABLE: &str =
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'";
-pub const TABLE_COUNT: &str = "SELECT count(*) FROM sqlite_master WHERE type = 'table'";
 
 pub const OBJ_INSERT: &str =
     "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data)

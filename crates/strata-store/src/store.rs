@@ -41,6 +41,10 @@ pub(crate) struct Inner {
     /// wait for writers).
     pub(crate) read: Mutex<Connection>,
     pub(crate) lock: File,
+    /// Number of live write sessions in this process: the shared flock is
+    /// taken on 0 -> 1 and released on 1 -> 0, because flock locks belong to
+    /// the open file description, not to a thread.
+    pub(crate) sessions: Mutex<usize>,
     pub(crate) deltas: bool,
 }
 
@@ -90,7 +94,7 @@ impl Store {
         // Creating the schema is exclusive: no other process may see a half-made Store.
         flock(&lock, dir, rustix::fs::FlockOperation::LockExclusive)?;
         let conn = connect(&dir.join(DB_FILE), true)?;
-        conn.execute_batch("BEGIN IMMEDIATE;")
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; BEGIN IMMEDIATE;")
             .ctx("begin creating the Store")?;
         conn.execute_batch(sql::SCHEMA).ctx("create the schema")?;
         let put = |k: &str, v: String| conn.execute(sql::META_PUT, (k, v)).ctx("write metadata");
@@ -165,6 +169,7 @@ impl Store {
                 write: Mutex::new(write),
                 read: Mutex::new(read),
                 lock,
+                sessions: Mutex::new(0),
                 deltas: deltas && !opts.no_deltas,
             }),
         })
@@ -191,22 +196,48 @@ impl Store {
     /// Hold the Store's lock file shared for the duration of a write session
     /// whose objects are not yet reachable; `gc` takes it exclusively, so it
     /// never deletes objects an in-flight snapshot or commit is about to use.
-    pub(crate) fn write_session(&self) -> Result<WriteSession<'_>> {
-        flock(
-            &self.inner.lock,
-            &self.inner.dir,
-            rustix::fs::FlockOperation::LockShared,
-        )?;
-        Ok(WriteSession { store: self })
+    /// Callers that write several files and trees before `commit_tree` hold
+    /// one session across all of it.
+    pub fn write_session(&self) -> Result<WriteSession<'_>> {
+        let mut n = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *n == 0 {
+            flock(
+                &self.inner.lock,
+                &self.inner.dir,
+                rustix::fs::FlockOperation::LockShared,
+            )?;
+        }
+        *n += 1;
+        Ok(WriteSession {
+            store: self,
+            exclusive: false,
+        })
     }
 
     /// Take the lock file exclusively without waiting (gc).
     pub(crate) fn exclusive(&self) -> Result<WriteSession<'_>> {
+        let n = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *n > 0 {
+            return Err(StoreError::Busy {
+                action: "garbage-collect while this process is writing",
+            });
+        }
         match rustix::fs::flock(
             &self.inner.lock,
             rustix::fs::FlockOperation::NonBlockingLockExclusive,
         ) {
-            Ok(()) => Ok(WriteSession { store: self }),
+            Ok(()) => Ok(WriteSession {
+                store: self,
+                exclusive: true,
+            }),
             Err(rustix::io::Errno::WOULDBLOCK) => Err(StoreError::Busy {
                 action: "garbage-collect while a snapshot or commit is being written",
             }),
@@ -219,18 +250,24 @@ impl Store {
     }
 }
 
-/// A held lock-file lock; released on drop.
-pub(crate) struct WriteSession<'a> {
+/// A held lock-file lock (see `Store::write_session`); released on drop.
+pub struct WriteSession<'a> {
     store: &'a Store,
+    exclusive: bool,
 }
 
 impl Drop for WriteSession<'_> {
     fn drop(&mut self) {
-        // flock locks are per open file description: an Unlock from one
-        // thread releases the lock for every session of this Store object. A
-        // second concurrent session therefore loses nothing but gc exclusion,
-        // which is re-checked under SQLite's write lock anyway.
-        let _ = rustix::fs::flock(&self.store.inner.lock, rustix::fs::FlockOperation::Unlock);
+        let inner = &self.store.inner;
+        if self.exclusive {
+            let _ = rustix::fs::flock(&inner.lock, rustix::fs::FlockOperation::Unlock);
+            return;
+        }
+        let mut n = inner.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        if *n == 0 {
+            let _ = rustix::fs::flock(&inner.lock, rustix::fs::FlockOperation::Unlock);
+        }
     }
 }
 

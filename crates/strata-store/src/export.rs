@@ -1,0 +1,187 @@
+//! Export: materialize a commit into a directory, restoring content, modes,
+//! owners (when permitted), times, symlinks, fifos, hard links and xattrs.
+
+use crate::error::{Result, StoreError};
+use crate::id::ObjectId;
+use crate::meta::{set_mtime, set_xattrs};
+use crate::object::{EntryKind, TreeEntry};
+use crate::progress::Progress;
+use crate::store::Store;
+use rayon::prelude::*;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default)]
+pub struct ExportReport {
+    pub files: u64,
+    pub dirs: u64,
+    pub bytes: u64,
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    progress: &'a dyn Progress,
+    as_root: bool,
+    /// Hard-linked entries, exported after the parallel pass.
+    linked: Mutex<Vec<(PathBuf, TreeEntry)>>,
+    /// Directories whose mode and mtime are set last (writing into a
+    /// directory changes its mtime; a read-only mode would stop the writes).
+    dirs: Mutex<Vec<(PathBuf, TreeEntry)>>,
+    report: Mutex<ExportReport>,
+}
+
+impl Store {
+    /// Write the tree of `commit` into `dir` (created if missing). A
+    /// non-empty `dir` is refused unless `force`.
+    pub fn export(
+        &self,
+        commit: ObjectId,
+        dir: &Path,
+        force: bool,
+        progress: &dyn Progress,
+    ) -> Result<ExportReport> {
+        let c = self.read_commit(commit)?;
+        if dir.exists() {
+            let mut it = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
+            if it.next().is_some() && !force {
+                return Err(StoreError::NotEmpty {
+                    path: dir.to_path_buf(),
+                });
+            }
+        } else {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
+        }
+        let ctx = Ctx {
+            store: self,
+            progress,
+            as_root: rustix::process::geteuid().is_root(),
+            linked: Mutex::new(Vec::new()),
+            dirs: Mutex::new(Vec::new()),
+            report: Mutex::new(ExportReport::default()),
+        };
+        progress.start("export", c.entries);
+        export_dir(&ctx, c.tree, dir)?;
+        // Hard links: the first path of each group gets the content, the
+        // others link to it.
+        let mut linked = std::mem::take(&mut *ctx.linked.lock().unwrap_or_else(|p| p.into_inner()));
+        linked.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut first: std::collections::HashMap<u64, PathBuf> = Default::default();
+        for (path, e) in linked {
+            if let Some(target) = first.get(&e.link_group) {
+                std::fs::hard_link(target, &path)
+                    .map_err(|err| StoreError::io("link", &path, err))?;
+            } else {
+                write_entry(&ctx, &path, &e)?;
+                first.insert(e.link_group, path);
+            }
+        }
+        let mut dirs = std::mem::take(&mut *ctx.dirs.lock().unwrap_or_else(|p| p.into_inner()));
+        // Deepest first, so setting a parent's mtime is the last touch on it.
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.0.components().count()));
+        for (path, e) in dirs {
+            apply_meta(ctx.as_root, &path, &e)?;
+        }
+        if let Some(root_mode) = c
+            .metadata
+            .get("root_mode")
+            .and_then(|m| u32::from_str_radix(m, 8).ok())
+        {
+            rustix::fs::chmod(dir, rustix::fs::Mode::from_raw_mode(root_mode))
+                .map_err(|e| StoreError::io("chmod", dir, e.into()))?;
+        }
+        progress.finish();
+        Ok(ctx.report.into_inner().unwrap_or_default())
+    }
+}
+
+fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path) -> Result<()> {
+    let entries = ctx.store.list_tree(tree)?;
+    entries.par_iter().try_for_each(|e| -> Result<()> {
+        let path = dir.join(OsStr::from_bytes(&e.name));
+        if e.link_group != 0 {
+            ctx.linked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((path, e.clone()));
+            return Ok(());
+        }
+        if let EntryKind::Dir(t) = &e.kind {
+            match std::fs::create_dir(&path) {
+                Ok(()) => {}
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                Err(err) => return Err(StoreError::io("create", &path, err)),
+            }
+            export_dir(ctx, *t, &path)?;
+            ctx.dirs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((path, e.clone()));
+            ctx.report.lock().unwrap_or_else(|p| p.into_inner()).dirs += 1;
+            return Ok(());
+        }
+        write_entry(ctx, &path, e)
+    })
+}
+
+fn write_entry(ctx: &Ctx<'_>, path: &Path, e: &TreeEntry) -> Result<()> {
+    // With --force an older file may be in the way; replace it.
+    if let Ok(md) = std::fs::symlink_metadata(path) {
+        if !md.is_dir() {
+            std::fs::remove_file(path).map_err(|err| StoreError::io("replace", path, err))?;
+        }
+    }
+    match &e.kind {
+        EntryKind::File(c) => {
+            ctx.store.materialize(c, path)?;
+            let mut r = ctx.report.lock().unwrap_or_else(|p| p.into_inner());
+            r.files += 1;
+            r.bytes += c.size;
+        }
+        EntryKind::Symlink(t) => {
+            std::os::unix::fs::symlink(OsStr::from_bytes(t), path)
+                .map_err(|err| StoreError::io("create the symlink", path, err))?;
+        }
+        EntryKind::Fifo | EntryKind::Socket => {
+            let ft = if matches!(e.kind, EntryKind::Fifo) {
+                rustix::fs::FileType::Fifo
+            } else {
+                rustix::fs::FileType::Socket
+            };
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                path,
+                ft,
+                rustix::fs::Mode::from_raw_mode(e.mode & 0o777),
+                0,
+            )
+            .map_err(|err| StoreError::io("create the special file", path, err.into()))?;
+        }
+        EntryKind::Dir(_) => unreachable!("directories are handled by export_dir"),
+    }
+    ctx.progress.advance(1);
+    apply_meta(ctx.as_root, path, e)
+}
+
+/// Owners first (chown clears setuid/setgid), then xattrs, mode, and times last.
+fn apply_meta(as_root: bool, path: &Path, e: &TreeEntry) -> Result<()> {
+    if as_root {
+        rustix::fs::chownat(
+            rustix::fs::CWD,
+            path,
+            Some(rustix::process::Uid::from_raw(e.uid)),
+            Some(rustix::process::Gid::from_raw(e.gid)),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|err| StoreError::io("chown", path, err.into()))?;
+    }
+    let is_link = matches!(e.kind, EntryKind::Symlink(_));
+    if !is_link {
+        set_xattrs(path, &e.xattrs)?;
+        rustix::fs::chmod(path, rustix::fs::Mode::from_raw_mode(e.mode & 0o7777))
+            .map_err(|err| StoreError::io("chmod", path, err.into()))?;
+    }
+    set_mtime(path, e.mtime_ns)
+}

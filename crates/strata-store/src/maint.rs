@@ -1,0 +1,330 @@
+//! Maintenance: stats, fsck (re-hash every object, check every reachable
+//! reference) and gc (delete what no branch, pin or delta reaches).
+
+use crate::error::{Result, SqlCtx, StoreError};
+use crate::id::{Kind, ObjectId};
+use crate::object::{decode, Commit, Page, TreeNode};
+use crate::objects::{self, Row};
+use crate::progress::Progress;
+use crate::sql;
+use crate::store::Store;
+use crate::trees::node_children;
+use rusqlite::Connection;
+use std::collections::{HashMap, HashSet};
+
+/// Sizes and counts of a Store.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Stats {
+    pub objects: u64,
+    /// Bytes of all objects as stored (after compression and deltas).
+    pub stored_bytes: u64,
+    /// Bytes of file content the chunks represent (each unique chunk once).
+    pub logical_bytes: u64,
+    /// Bytes of the database files on disk (db, WAL and shared memory).
+    pub db_bytes: u64,
+    /// Objects stored as deltas.
+    pub delta_objects: u64,
+    pub projects: u64,
+    pub branches: u64,
+    pub commits: u64,
+    /// Sum of every commit's file bytes (where recorded): what the history
+    /// would take with no deduplication.
+    pub referenced_bytes: u64,
+    /// `referenced_bytes / logical_bytes`.
+    pub dedup_ratio: f64,
+}
+
+/// The result of fsck: `ok` is false when any problem was found.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct FsckReport {
+    pub ok: bool,
+    pub objects_checked: u64,
+    pub reachable: u64,
+    pub problems: Vec<String>,
+}
+
+/// What gc deleted.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct GcReport {
+    pub reachable: u64,
+    pub deleted_objects: u64,
+    pub deleted_bytes: u64,
+}
+
+/// (rowid, id, kind, delta base) of one stored object.
+type RowInfo = (i64, ObjectId, u8, Option<ObjectId>);
+
+fn all_rows(conn: &Connection) -> Result<Vec<RowInfo>> {
+    let mut s = conn.prepare(sql::OBJ_ALL_IDS).ctx("list objects")?;
+    let rows = s
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, Vec<u8>>(1)?,
+                r.get::<_, u8>(2)?,
+                r.get::<_, Option<Vec<u8>>>(3)?,
+            ))
+        })
+        .ctx("list objects")?;
+    let mut out = Vec::new();
+    for r in rows {
+        let (rowid, id, kind, base) = r.ctx("list objects")?;
+        let id = ObjectId::from_slice(&id).unwrap_or(ObjectId([0; 32]));
+        out.push((rowid, id, kind, base.and_then(|b| ObjectId::from_slice(&b))));
+    }
+    Ok(out)
+}
+
+fn roots(conn: &Connection) -> Result<Vec<ObjectId>> {
+    let mut out = Vec::new();
+    for q in [sql::BRANCH_HEADS, sql::PIN_HEADS] {
+        let mut s = conn.prepare(q).ctx("list roots")?;
+        let rows = s
+            .query_map([], |r| r.get::<_, Vec<u8>>(0))
+            .ctx("list roots")?;
+        for r in rows {
+            if let Some(id) = ObjectId::from_slice(&r.ctx("list roots")?) {
+                out.push(id);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Walk everything reachable from the roots, recording problems instead of
+/// stopping at the first one.
+fn mark(conn: &Connection, problems: &mut Vec<String>) -> Result<HashSet<ObjectId>> {
+    let mut seen = HashSet::new();
+    let mut stack: Vec<(ObjectId, Kind, String)> = roots(conn)?
+        .into_iter()
+        .map(|r| (r, Kind::Commit, "a branch head or pin".to_string()))
+        .collect();
+    while let Some((id, kind, from)) = stack.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        let raw = match objects::get_raw_in(conn, &id, kind) {
+            Ok(r) => r,
+            Err(e) => {
+                problems.push(format!("{} referenced by {from}: {e}", id.to_hex()));
+                continue;
+            }
+        };
+        let bad =
+            |e: postcard::Error| format!("{} ({}) does not decode: {e}", id.to_hex(), kind.name());
+        match kind {
+            Kind::Chunk => {}
+            Kind::Commit => match decode::<Commit>(&raw) {
+                Ok(c) => {
+                    let here = format!("commit {}", id.short());
+                    stack.push((c.tree, Kind::Tree, here.clone()));
+                    for p in c.parents {
+                        stack.push((p, Kind::Commit, here.clone()));
+                    }
+                }
+                Err(e) => problems.push(bad(e)),
+            },
+            Kind::Tree => match decode::<TreeNode>(&raw) {
+                Ok(n) => {
+                    let here = format!("tree {}", id.short());
+                    for (c, k) in node_children(&n) {
+                        stack.push((c, k, here.clone()));
+                    }
+                }
+                Err(e) => problems.push(bad(e)),
+            },
+            Kind::Page => match decode::<Page>(&raw) {
+                Ok(p) => {
+                    let here = format!("page {}", id.short());
+                    let k = if p.level == 0 {
+                        Kind::Chunk
+                    } else {
+                        Kind::Page
+                    };
+                    for e in p.entries {
+                        stack.push((e.id, k, here.clone()));
+                    }
+                }
+                Err(e) => problems.push(bad(e)),
+            },
+        }
+    }
+    Ok(seen)
+}
+
+impl Store {
+    pub fn stats(&self) -> Result<Stats> {
+        let conn = self.reader();
+        let (objects, stored, logical, deltas): (i64, i64, i64, i64) = conn
+            .query_row(sql::OBJ_STATS, [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .ctx("count objects")?;
+        let mut referenced = 0u64;
+        let mut commits = 0u64;
+        {
+            let mut s = conn.prepare(sql::OBJ_ALL_BY_KIND).ctx("list commits")?;
+            let ids: Vec<Vec<u8>> = s
+                .query_map([Kind::Commit as u8], |r| r.get(0))
+                .ctx("list commits")?
+                .collect::<Result<_, _>>()
+                .ctx("list commits")?;
+            for id in ids {
+                let Some(id) = ObjectId::from_slice(&id) else {
+                    continue;
+                };
+                commits += 1;
+                let raw = objects::get_raw_in(&conn, &id, Kind::Commit)?;
+                if let Ok(c) = decode::<Commit>(&raw) {
+                    referenced += c.file_bytes.unwrap_or(0);
+                }
+            }
+        }
+        drop(conn);
+        let mut db_bytes = 0;
+        for f in ["strata.db", "strata.db-wal", "strata.db-shm"] {
+            if let Ok(m) = std::fs::metadata(self.dir().join(f)) {
+                db_bytes += m.len();
+            }
+        }
+        let projects = self.list_projects()?.len() as u64;
+        let branches = self.list_branches(None)?.len() as u64;
+        Ok(Stats {
+            objects: objects as u64,
+            stored_bytes: stored as u64,
+            logical_bytes: logical as u64,
+            db_bytes,
+            delta_objects: deltas as u64,
+            projects,
+            branches,
+            commits,
+            referenced_bytes: referenced,
+            dedup_ratio: if logical > 0 {
+                referenced as f64 / logical as f64
+            } else {
+                1.0
+            },
+        })
+    }
+
+    /// Bytes of all objects as stored: the figure storage-growth goals use.
+    pub fn stored_bytes(&self) -> Result<u64> {
+        let v: i64 = self
+            .reader()
+            .query_row(sql::OBJ_STORED_BYTES, [], |r| r.get(0))
+            .ctx("sum object sizes")?;
+        Ok(v as u64)
+    }
+
+    /// Re-hash every object and check every reference reachable from a
+    /// branch or pin. Never stops at the first problem.
+    pub fn fsck(&self, progress: &dyn Progress) -> Result<FsckReport> {
+        let conn = self.reader();
+        let rows = all_rows(&conn)?;
+        let mut problems = Vec::new();
+        progress.start("fsck", Some(rows.len() as u64));
+        let mut stmt = conn.prepare(sql::OBJ_GET).ctx("read objects")?;
+        for (_, id, kind, _) in &rows {
+            progress.advance(1);
+            let Some(k) = Kind::from_u8(*kind) else {
+                problems.push(format!("{}: unknown kind {kind}", id.to_hex()));
+                continue;
+            };
+            let row = stmt
+                .query_row([&id.0[..]], |r| {
+                    Ok(Row {
+                        kind: r.get(0)?,
+                        enc: r.get(1)?,
+                        raw_len: r.get::<_, i64>(2)? as u64,
+                        base: r.get(3)?,
+                        data: r.get(5)?,
+                    })
+                })
+                .ctx("read an object")?;
+            match objects::decode_row(&conn, id, row) {
+                Ok(raw) => {
+                    let actual = ObjectId::hash(k, &raw);
+                    if actual != *id {
+                        problems.push(format!(
+                            "{} ({}): content hashes to {}, the object is corrupt",
+                            id.to_hex(),
+                            k.name(),
+                            actual.to_hex()
+                        ));
+                    }
+                }
+                Err(e) => problems.push(format!("{} ({}): {e}", id.to_hex(), k.name())),
+            }
+        }
+        drop(stmt);
+        let reachable = mark(&conn, &mut problems)?;
+        progress.finish();
+        Ok(FsckReport {
+            ok: problems.is_empty(),
+            objects_checked: rows.len() as u64,
+            reachable: reachable.len() as u64,
+            problems,
+        })
+    }
+
+    /// Delete objects unreachable from any branch or pin (a running Workspace
+    /// pins its base). Refuses with `Busy` while any writer holds a session.
+    pub fn gc(&self, progress: &dyn Progress) -> Result<GcReport> {
+        let _excl = self.exclusive()?;
+        let mut conn = self.writer();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .ctx("begin gc")?;
+        let mut problems = Vec::new();
+        let mut live = mark(&tx, &mut problems)?;
+        if !problems.is_empty() {
+            return Err(StoreError::Invalid(format!(
+                "gc found {} problem(s) in reachable objects and deleted nothing; run `strata fsck`. First: {}",
+                problems.len(),
+                problems[0]
+            )));
+        }
+        let rows = all_rows(&tx)?;
+        // Delta bases of live objects stay live, transitively.
+        let bases: HashMap<ObjectId, ObjectId> = rows
+            .iter()
+            .filter_map(|(_, id, _, base)| base.map(|b| (*id, b)))
+            .collect();
+        let mut stack: Vec<ObjectId> = live.iter().copied().collect();
+        while let Some(id) = stack.pop() {
+            if let Some(b) = bases.get(&id) {
+                if live.insert(*b) {
+                    stack.push(*b);
+                }
+            }
+        }
+        progress.start("gc", Some(rows.len() as u64));
+        let mut report = GcReport {
+            reachable: live.len() as u64,
+            ..Default::default()
+        };
+        {
+            let mut size = tx
+                .prepare("SELECT length(data) FROM objects WHERE rowid = ?1")
+                .ctx("size an object")?;
+            let mut del = tx.prepare(sql::OBJ_DELETE_ROWID).ctx("delete objects")?;
+            for (rowid, id, _, _) in &rows {
+                progress.advance(1);
+                if live.contains(id) {
+                    continue;
+                }
+                let n: i64 = size
+                    .query_row([rowid], |r| r.get(0))
+                    .ctx("size an object")?;
+                del.execute([rowid]).ctx("delete an object")?;
+                report.deleted_objects += 1;
+                report.deleted_bytes += n as u64;
+            }
+        }
+        tx.commit().ctx("commit gc")?;
+        // Return freed pages to the filesystem (auto_vacuum = INCREMENTAL).
+        let _ = conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
+        progress.finish();
+        Ok(report)
+    }
+}
