@@ -25,3 +25,94 @@ fn command_has_no_privileges_and_a_filter() {
     assert_eq!(field("NoNewPrivs:"), "1");
     assert_eq!(field("Seccomp:"), "2");
 }
+
+#[test]
+fn user_namespaces_are_refused_to_the_command() {
+    for argv in [
+        &["unshare", "-U", "true"][..],
+        &["unshare", "-Urm", "true"][..],
+    ] {
+        let (o, _out, err) = run(spec(argv));
+        assert_ne!(o, Outcome::Exited(0), "{argv:?} succeeded; stderr: {err}");
+        assert!(
+            err.contains("Operation not permitted"),
+            "{argv:?}: stderr: {err}"
+        );
+    }
+}
+
+#[test]
+fn control_unshare_works_outside_the_sandbox() {
+    // The host really allows user namespaces (BRIEF §5): the refusal above
+    // is the filter's doing, not the host's.
+    require_root();
+    let st = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=1500",
+            "--regid=1500",
+            "--clear-groups",
+            "unshare",
+            "-U",
+            "true",
+        ])
+        .status()
+        .expect("run setpriv");
+    assert!(
+        st.success(),
+        "unprivileged unshare -U fails on this host even without the filter"
+    );
+}
+
+#[test]
+fn umount_is_refused() {
+    for argv in [
+        &["umount", "/tmp"][..],
+        &["umount", "-l", "/tmp"][..],
+        &["umount", "/proc"][..],
+    ] {
+        let (o, _out, err) = run(spec(argv));
+        assert_ne!(o, Outcome::Exited(0), "{argv:?} succeeded; stderr: {err}");
+    }
+}
+
+#[test]
+fn mount_is_refused() {
+    let (o, _out, err) = run(spec(&["mount", "-t", "tmpfs", "none", "/tmp"]));
+    assert_ne!(o, Outcome::Exited(0), "mount succeeded; stderr: {err}");
+}
+
+#[test]
+fn threads_work_through_the_clone3_fallback() {
+    let (o, out, err) = run(probe(&["thread"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    assert_eq!(out.trim(), "thread=7");
+}
+
+#[test]
+fn privileged_mode_keeps_root_and_capabilities() {
+    require_root();
+    let (o, out, err) = {
+        let s = probe(&["status"]);
+        let child = strata_sandbox::SandboxCommand::privileged(
+            strata_sandbox::SandboxConfig::default(),
+            s.argv,
+            s.env,
+            s.cwd,
+        )
+        .init_exe(PROBE)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+        let (o, a, b) = child.wait_with_output().expect("run");
+        (
+            o,
+            String::from_utf8_lossy(&a).into_owned(),
+            String::from_utf8_lossy(&b).into_owned(),
+        )
+    };
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    assert!(out.contains("Uid:\t0\t0\t0\t0"), "{out}");
+    assert!(out.contains("Seccomp:\t0"), "{out}");
+    assert!(!out.contains("CapEff:\t0000000000000000"), "{out}");
+}

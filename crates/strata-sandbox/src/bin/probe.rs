@@ -37,8 +37,13 @@ fn main() -> ExitCode {
         "exit" => ExitCode::from(arg(1).parse::<u8>().unwrap_or(2)),
         "kill-self" => {
             let sig: i32 = arg(1).parse().unwrap_or(libc::SIGKILL);
-            // SAFETY: raise(3) with a signal number; default disposition.
-            unsafe { libc::raise(sig) };
+            // The Rust runtime handles SIGSEGV/SIGBUS itself (stack
+            // overflow detection): reset to the default action first.
+            // SAFETY: SIG_DFL disposition, then raise(3); no handler runs.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                libc::raise(sig);
+            }
             ExitCode::from(2)
         }
         // Alternate lines on stdout and stderr.

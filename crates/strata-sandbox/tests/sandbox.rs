@@ -1,0 +1,247 @@
+//! The native Sandbox view and process handling, in real namespaces.
+
+mod common;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use strata_sandbox::{Outcome, RunError, SandboxCommand, SandboxConfig, SpawnError};
+
+#[test]
+fn exit_codes_come_back_exactly() {
+    for code in [0, 1, 42] {
+        let (o, _, err) = run(probe(&["exit", &code.to_string()]));
+        assert_eq!(o, Outcome::Exited(code), "stderr: {err}");
+    }
+}
+
+#[test]
+fn death_by_signal_comes_back_exactly() {
+    for sig in [libc::SIGKILL, libc::SIGTERM, libc::SIGSEGV] {
+        let (o, _, err) = run(probe(&["kill-self", &sig.to_string()]));
+        assert_eq!(o, Outcome::Signaled(sig), "stderr: {err}");
+    }
+}
+
+#[test]
+fn stdout_and_stderr_are_separate() {
+    let (o, out, err) = run(probe(&["streams"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, "out-0\nout-1\nout-2\nout-3\nout-4\n");
+    assert_eq!(err, "err-0\nerr-1\nerr-2\nerr-3\nerr-4\n");
+}
+
+#[test]
+fn stdin_reaches_the_command_and_eof_ends_it() {
+    require_root();
+    let mut child = SandboxCommand::new(SandboxConfig::default(), probe(&["stdin"]))
+        .init_exe(PROBE)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.child_mut().stdin.take().expect("stdin");
+        stdin.write_all(b"hello\nworld\n").expect("write");
+    } // dropped: EOF
+    let (o, out, _) = child.wait_with_output().expect("run");
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, b"hello\nworld\n");
+}
+
+#[test]
+fn orphans_are_reaped_by_the_init() {
+    let (o, out, err) = run(probe(&["orphan-zombies"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    assert!(out.contains("zombies=0"), "{out}");
+}
+
+#[test]
+fn pid_namespace_shows_only_the_sandbox() {
+    let (o, out, _) = run(probe(&["ls", "/proc"]));
+    assert_eq!(o, Outcome::Exited(0));
+    let pids: Vec<u32> = out.lines().filter_map(|l| l.parse().ok()).collect();
+    assert!(pids.contains(&1), "no PID 1 in {pids:?}");
+    assert!(pids.len() <= 3, "too many processes visible: {pids:?}");
+}
+
+#[test]
+fn dev_is_minimal_and_has_no_fuse() {
+    let (o, out, _) = run(probe(&["ls", "/dev"]));
+    assert_eq!(o, Outcome::Exited(0));
+    let names: Vec<&str> = out.lines().collect();
+    assert!(!names.contains(&"fuse"), "/dev/fuse visible: {names:?}");
+    let expected = [
+        "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin", "stdout", "tty",
+        "urandom", "zero",
+    ];
+    assert_eq!(names, expected);
+    // The devices work for the command.
+    let (o, out, _) = run(spec(&[
+        "sh",
+        "-c",
+        "echo x > /dev/null && head -c 4 /dev/zero | wc -c",
+    ]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "4");
+}
+
+#[test]
+fn host_root_is_read_only_and_tmp_is_private() {
+    // /var/tmp is world-writable on the host, so only the read-only mount
+    // can refuse it: EROFS (30), not EACCES.
+    let (o, out, _) = run(probe(&["try-create", "/var/tmp/strata-sandbox-rofs-check"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), format!("errno={}", libc::EROFS));
+    let marker = format!("/tmp/strata-sandbox-private-{}", std::process::id());
+    let (o, out, _) = run(probe(&["try-create", &marker]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "ok");
+    let (o, _, _) = run(spec(&[
+        "sh",
+        "-c",
+        &format!("echo hi > {marker} && test -f {marker}"),
+    ]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "the Sandbox's /tmp leaked to the host"
+    );
+}
+
+#[test]
+fn network_has_only_loopback_and_it_is_up() {
+    let (o, out, _) = run(probe(&["ls", "/sys/class/net"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "lo");
+    let (o, out, _) = run(probe(&["loopback"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "connected");
+}
+
+#[test]
+fn env_and_cwd_are_exactly_as_given() {
+    let mut s = probe(&["env"]);
+    s.env = vec![("ONLY".into(), "this=value".into())];
+    let (o, out, _) = run(s);
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, "ONLY=this=value\n");
+    let mut s = probe(&["cwd"]);
+    s.cwd = "/tmp".into();
+    let (o, out, _) = run(s);
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "/tmp");
+}
+
+#[test]
+fn missing_program_is_an_error_not_exit_127() {
+    require_root();
+    let child = SandboxCommand::new(SandboxConfig::default(), spec(&["/no/such/program"]))
+        .init_exe(PROBE)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    match child.wait() {
+        Err(RunError::Sandbox(f)) => {
+            assert_eq!(f.errno, Some(libc::ENOENT), "{f:?}");
+            assert_eq!(f.stage, "exec");
+        }
+        other => panic!("expected an exec failure, got {other:?}"),
+    }
+    // Same through PATH search.
+    let child = SandboxCommand::new(SandboxConfig::default(), spec(&["no-such-program-strata"]))
+        .init_exe(PROBE)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(matches!(child.wait(), Err(RunError::Sandbox(f)) if f.errno == Some(libc::ENOENT)));
+}
+
+#[test]
+fn bad_cwd_is_an_error() {
+    require_root();
+    let mut s = probe(&["cwd"]);
+    s.cwd = "/no/such/dir".into();
+    let child = SandboxCommand::new(SandboxConfig::default(), s)
+        .init_exe(PROBE)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(matches!(child.wait(), Err(RunError::Sandbox(f)) if f.errno == Some(libc::ENOENT)));
+}
+
+#[test]
+fn bad_input_is_refused_before_spawning() {
+    let cases = [
+        {
+            let mut s = probe(&["x\0y"]);
+            s.argv[1] = std::ffi::OsString::from("x\0y");
+            s
+        },
+        {
+            let mut s = probe(&["env"]);
+            s.env = vec![("A=B".into(), "c".into())];
+            s
+        },
+        {
+            let mut s = probe(&["cwd"]);
+            s.cwd = "relative".into();
+            s
+        },
+    ];
+    for s in cases {
+        let r = SandboxCommand::new(SandboxConfig::default(), s)
+            .init_exe(PROBE)
+            .spawn();
+        assert!(matches!(r, Err(SpawnError::Spec(_))), "{r:?}");
+    }
+}
+
+#[test]
+fn sigterm_is_forwarded_to_the_command() {
+    require_root();
+    let child = SandboxCommand::new(SandboxConfig::default(), spec(&["sleep", "1000"]))
+        .init_exe(PROBE)
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    child.signal(libc::SIGTERM).expect("signal");
+    let o = child.wait().expect("wait");
+    assert_eq!(o, Outcome::Signaled(libc::SIGTERM));
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn init_exe_without_the_hook_is_reported() {
+    require_root();
+    // /bin/true ignores "__strata-init" and exits 0 without a report: that
+    // must not pass for the command's success.
+    let child = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "0"]))
+        .init_exe("/bin/true")
+        .spawn()
+        .expect("spawn");
+    assert!(matches!(child.wait(), Err(RunError::NoReport { .. })));
+}
+
+#[test]
+fn two_sandboxes_run_side_by_side() {
+    require_root();
+    let a = SandboxCommand::new(SandboxConfig::default(), probe(&["sleep", "300"]))
+        .init_exe(PROBE)
+        .spawn()
+        .expect("spawn a");
+    let b = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "42"]))
+        .init_exe(PROBE)
+        .spawn()
+        .expect("spawn b");
+    assert_eq!(b.wait().expect("b"), Outcome::Exited(42));
+    assert_eq!(a.wait().expect("a"), Outcome::Exited(0));
+}
