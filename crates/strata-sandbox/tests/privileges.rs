@@ -116,3 +116,17 @@ fn privileged_mode_keeps_root_and_capabilities() {
     assert!(out.contains("Seccomp:\t0"), "{out}");
     assert!(!out.contains("CapEff:\t0000000000000000"), "{out}");
 }
+
+#[test]
+fn forbidden_raw_syscalls_fail_with_eperm_for_the_command() {
+    let (o, out, err) = run(probe(&["forbidden-syscalls"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 7, "{out}");
+    for l in lines {
+        assert!(
+            l.ends_with(&format!("={}", libc::EPERM)),
+            "{l} (all: {out})"
+        );
+    }
+}

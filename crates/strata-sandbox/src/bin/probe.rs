@@ -203,6 +203,77 @@ fn main() -> ExitCode {
             println!("allocated={}", blocks.len());
             ExitCode::SUCCESS
         }
+        // Raw syscalls a command must not be able to make; "name=errno".
+        "forbidden-syscalls" => {
+            let errno = |r: libc::c_long| {
+                if r < 0 {
+                    std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+                } else {
+                    0
+                }
+            };
+            // SAFETY: raw syscalls with constant arguments and static C
+            // strings; if one unexpectedly succeeded it would only affect
+            // this process's own namespaces.
+            let results = unsafe {
+                [
+                    (
+                        "unshare_user",
+                        errno(libc::syscall(libc::SYS_unshare, libc::CLONE_NEWUSER)),
+                    ),
+                    (
+                        "unshare_mnt",
+                        errno(libc::syscall(libc::SYS_unshare, libc::CLONE_NEWNS)),
+                    ),
+                    (
+                        "umount2_tmp",
+                        errno(libc::syscall(libc::SYS_umount2, c"/tmp".as_ptr(), 0)),
+                    ),
+                    (
+                        "umount2_tmp_lazy",
+                        errno(libc::syscall(
+                            libc::SYS_umount2,
+                            c"/tmp".as_ptr(),
+                            libc::MNT_DETACH,
+                        )),
+                    ),
+                    (
+                        "mount_tmpfs",
+                        errno(libc::syscall(
+                            libc::SYS_mount,
+                            c"none".as_ptr(),
+                            c"/tmp".as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            0,
+                            0,
+                        )),
+                    ),
+                    (
+                        "open_tree_clone",
+                        errno(libc::syscall(
+                            libc::SYS_open_tree,
+                            libc::AT_FDCWD,
+                            c"/tmp".as_ptr(),
+                            1, // OPEN_TREE_CLONE
+                        )),
+                    ),
+                    (
+                        "ptrace_pid1",
+                        errno(libc::syscall(
+                            libc::SYS_ptrace,
+                            libc::PTRACE_ATTACH,
+                            1,
+                            0,
+                            0,
+                        )),
+                    ),
+                ]
+            };
+            for (name, e) in results {
+                println!("{name}={e}");
+            }
+            ExitCode::SUCCESS
+        }
         other => {
             eprintln!("strata-sandbox-probe: unknown subcommand {other:?}");
             ExitCode::from(2)

@@ -1,0 +1,172 @@
+//! cgroup limits (v1 on these machines, v2 elsewhere) and rlimits.
+
+mod common;
+use common::*;
+use strata_sandbox::{Cgroup, Limits, Outcome, Resource, Rlimit, SandboxConfig};
+
+fn with_limits(name: &str, limits: Limits) -> SandboxConfig {
+    SandboxConfig {
+        limits,
+        cgroup_name: Some(format!("{name}-{}", std::process::id())),
+        ..SandboxConfig::default()
+    }
+}
+
+#[test]
+fn pids_limit_stops_a_fork_bomb() {
+    let cfg = with_limits(
+        "strata-test-pids",
+        Limits {
+            pids: Some(20),
+            ..Limits::default()
+        },
+    );
+    // The probe forks until refused, capped at 1000 so a missing limit
+    // cannot hurt the machine (it would then report forks=1000).
+    let (o, out, err) = run_in(cfg, probe(&["forkbomb", "1000"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    let forks: u32 = out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("forks="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("bad output {out}"));
+    assert!(forks < 20, "{out}");
+    assert!(out.contains(&format!("errno={}", libc::EAGAIN)), "{out}");
+}
+
+#[test]
+fn memory_limit_kills_the_hog() {
+    let cfg = with_limits(
+        "strata-test-mem",
+        Limits {
+            memory_bytes: Some(64 << 20),
+            ..Limits::default()
+        },
+    );
+    let (o, out, err) = run_in(cfg, probe(&["alloc", "512"]));
+    assert_eq!(
+        o,
+        Outcome::Signaled(libc::SIGKILL),
+        "stdout: {out} stderr: {err}"
+    );
+    // And under the limit it works.
+    let cfg = with_limits(
+        "strata-test-mem-ok",
+        Limits {
+            memory_bytes: Some(64 << 20),
+            ..Limits::default()
+        },
+    );
+    let (o, out, _) = run_in(cfg, probe(&["alloc", "16"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "allocated=16");
+}
+
+#[test]
+fn cgroup_namespace_and_cleanup() {
+    let cfg = with_limits(
+        "strata-test-cg",
+        Limits {
+            cpu_millis: Some(500),
+            ..Limits::default()
+        },
+    );
+    let name = cfg.cgroup_name.clone().unwrap();
+    let (o, out, _) = run_in(cfg, probe(&["cat", "/proc/self/cgroup"]));
+    assert_eq!(o, Outcome::Exited(0));
+    // Inside a cgroup namespace rooted at the Sandbox's cgroup the path is "/".
+    let cpu_line = out
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|c| c == "cpu"))
+        })
+        .or_else(|| out.lines().find(|l| l.starts_with("0::")))
+        .unwrap_or_else(|| panic!("no cpu line in {out}"));
+    assert!(cpu_line.ends_with(":/"), "{cpu_line}");
+    // The cgroup is removed afterwards.
+    let leftovers: Vec<_> = walk_for(&name);
+    assert!(
+        leftovers.is_empty(),
+        "cgroup dirs left behind: {leftovers:?}"
+    );
+}
+
+fn walk_for(name: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                if e.file_name().to_string_lossy() == name {
+                    found.push(e.path());
+                }
+                stack.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn cgroup_files_carry_the_limits() {
+    require_root();
+    let name = format!("strata-test-files-{}", std::process::id());
+    let limits = Limits {
+        memory_bytes: Some(96 << 20),
+        pids: Some(33),
+        cpu_millis: Some(250),
+    };
+    let cg = Cgroup::create(&name, &limits).expect("create cgroup");
+    let read = |file: &str| -> String {
+        for p in cg.paths() {
+            if let Ok(s) = std::fs::read_to_string(p.join(file)) {
+                return s.trim().to_string();
+            }
+        }
+        panic!("{file} not found under {:?}", cg.paths());
+    };
+    match strata_sandbox::cgroup::detect().expect("detect") {
+        strata_sandbox::Hierarchy::V1 { .. } => {
+            assert_eq!(read("memory.limit_in_bytes"), (96u64 << 20).to_string());
+            assert_eq!(read("cpu.cfs_quota_us"), "25000");
+            assert_eq!(read("cpu.cfs_period_us"), "100000");
+        }
+        strata_sandbox::Hierarchy::V2 { .. } => {
+            assert_eq!(read("memory.max"), (96u64 << 20).to_string());
+            assert_eq!(read("cpu.max"), "25000 100000");
+        }
+    }
+    assert_eq!(read("pids.max"), "33");
+    cg.destroy(std::time::Duration::from_secs(1))
+        .expect("destroy");
+    assert!(walk_for(&name).is_empty());
+}
+
+#[test]
+fn rlimits_apply_to_the_command() {
+    let mut s = probe(&["cat", "/proc/self/limits"]);
+    s.rlimits = vec![
+        Rlimit {
+            resource: Resource::Nofile,
+            soft: Some(64),
+            hard: Some(64),
+        },
+        Rlimit {
+            resource: Resource::Core,
+            soft: Some(0),
+            hard: Some(0),
+        },
+    ];
+    let (o, out, _) = run(s);
+    assert_eq!(o, Outcome::Exited(0));
+    let line = |k: &str| {
+        out.lines()
+            .find(|l| l.starts_with(k))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(line("Max open files"), "Max open files 64 64 files");
+    assert_eq!(line("Max core file size"), "Max core file size 0 0 bytes");
+}
