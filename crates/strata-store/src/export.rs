@@ -71,6 +71,10 @@ impl Store {
         let mut first: std::collections::HashMap<u64, PathBuf> = Default::default();
         for (path, e) in linked {
             if let Some(target) = first.get(&e.link_group) {
+                if std::fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir()) {
+                    std::fs::remove_file(&path)
+                        .map_err(|err| StoreError::io("replace", &path, err))?;
+                }
                 std::fs::hard_link(target, &path)
                     .map_err(|err| StoreError::io("link", &path, err))?;
             } else {
