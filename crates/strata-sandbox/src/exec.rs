@@ -231,6 +231,11 @@ pub enum ExecError {
     SignalMask { source: io::Error },
     #[error("exec: marking inherited file descriptors close-on-exec (close_range): {source}")]
     CloseFds { source: io::Error },
+    #[error("exec: hiding /dev/fuse from the command: {step}: {source}")]
+    HideDevFuse {
+        step: &'static str,
+        source: io::Error,
+    },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
     #[error("exec: PR_SET_KEEPCAPS=0: {source}")]
@@ -268,6 +273,7 @@ impl ExecError {
         match self {
             SignalMask { source }
             | CloseFds { source }
+            | HideDevFuse { source, .. }
             | KeepCaps { source }
             | ClearAmbient { source }
             | DropBoundingCap { source, .. }
@@ -318,6 +324,11 @@ fn drop_privileges_and_exec_inner(
 
     // 1.-2. Signals and inherited file descriptors, see reset_inherited_state.
     reset_inherited_state()?;
+
+    // 2b. /dev/fuse: the daemon's view may have it (SandboxConfig::dev_fuse)
+    //     to serve Workspaces; a command must not (no FUSE mounts of its
+    //     own). Needs CAP_SYS_ADMIN, so it happens while we are still root.
+    hide_dev_fuse()?;
 
     // 3. rlimits, while still root: lowering is always allowed, raising a
     //    hard limit needs CAP_SYS_RESOURCE (getrlimit(2)).
@@ -456,6 +467,61 @@ fn reset_inherited_state() -> Result<(), ExecError> {
         });
     }
 
+    Ok(())
+}
+
+/// The device a command must never have.
+pub const DEV_FUSE: &str = "/dev/fuse";
+
+/// How many mounts sit on `path` in this mount namespace (mountinfo(5), field 5).
+fn mounts_on(path: &str) -> io::Result<usize> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(text
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(path))
+        .count())
+}
+
+/// If this is a Sandbox whose daemon has /dev/fuse (`SandboxConfig::dev_fuse`:
+/// a second /dev tmpfs stacked on the commands' /dev, see
+/// `mounts::build_view` step 4e), give the command a mount namespace of its
+/// own without the upper layer:
+///
+/// * `unshare(CLONE_NEWNS)` copies the daemon's view;
+/// * `MS_REC|MS_SLAVE` on `/`: Workspace mounts the daemon makes later
+///   still propagate into the command's copy (the Sandbox root is shared,
+///   see `mounts::build_view` step 7), while nothing in the command's
+///   namespace propagates back (mount_namespaces(7), "slave mounts");
+/// * lazy unmount of the upper /dev, revealing the commands' /dev.
+///
+/// Nothing happens unless /dev/fuse exists *and* /dev is stacked, so on
+/// the host (a real /dev/fuse, mode 0600) or in a Sandbox without
+/// `dev_fuse` the cost is one read of /proc/self/mountinfo.
+fn hide_dev_fuse() -> Result<(), ExecError> {
+    let err = |step: &'static str| move |e: io::Error| ExecError::HideDevFuse { step, source: e };
+    if !std::path::Path::new(DEV_FUSE).exists()
+        || mounts_on("/dev").map_err(err("reading /proc/self/mountinfo"))? < 2
+    {
+        return Ok(());
+    }
+    // SAFETY: rustix marks unshare unsafe because CLONE_FILES/CLONE_FS can
+    // break assumptions of other threads; this process is single-threaded
+    // and only a mount namespace is unshared.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWNS) }
+        .map_err(|e| err("unshare(CLONE_NEWNS)")(e.into()))?;
+    rustix::mount::mount_change(
+        "/",
+        rustix::mount::MountPropagationFlags::REC
+            | rustix::mount::MountPropagationFlags::DOWNSTREAM,
+    )
+    .map_err(|e| err("make / rslave")(e.into()))?;
+    rustix::mount::unmount("/dev", rustix::mount::UnmountFlags::DETACH)
+        .map_err(|e| err("umount2(/dev, MNT_DETACH) of the daemon's /dev")(e.into()))?;
+    if std::path::Path::new(DEV_FUSE).exists() {
+        return Err(ExecError::StillPrivileged {
+            what: "/dev/fuse still visible".into(),
+        });
+    }
     Ok(())
 }
 

@@ -321,6 +321,7 @@ fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
         &wire.config.root,
         &wire.config.binds,
         wire.config.tmp_size_bytes,
+        wire.config.dev_fuse,
     )
     .map_err(|e| Failure {
         stage: "mount".into(),

@@ -3,17 +3,22 @@
 //!
 //! Order (each step's reason is at the step):
 //! 1. make every mount private, so nothing propagates to or from the host;
-//! 2. stage the new root: the host root bound recursively, or a rootfs dir;
+//! 2. stage the new root (on a tmpfs private to this namespace): the host
+//!    root bound recursively, or a rootfs dir;
 //! 3. make the whole staged tree read-only, nosuid, nodev (mount_setattr
 //!    with AT_RECURSIVE, Linux 5.12);
 //! 4. fresh /tmp (tmpfs), /proc (procfs of the new PID namespace), /sys
-//!    (read-only sysfs of the new network namespace), a minimal /dev;
+//!    (read-only sysfs of the new network namespace), a minimal /dev, and
+//!    with `dev_fuse` a daemon-only /dev stacked on it;
 //! 5. extra bind mounts (the Workspace mounts, later);
-//! 6. pivot_root and detach the old root, so the host tree is unreachable.
+//! 6. pivot_root and detach the old root, so the host tree is unreachable;
+//! 7. shared propagation inside the Sandbox, so commands in mount
+//!    namespaces of their own still receive the daemon's later mounts.
 
 use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -28,7 +33,8 @@ pub enum RootFs {
     /// The host's own root, recursively bound and read-only.
     HostReadOnly,
     /// A directory holding a root filesystem (an unpacked image).
-    /// Mount points /tmp, /proc, /sys and /dev are created in it if missing.
+    /// Mount points /tmp, /proc, /sys and /dev are created in it if missing
+    /// (before it is made read-only).
     Dir { path: PathBuf, readonly: bool },
 }
 
@@ -53,6 +59,7 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty
 /// touched and the directory vanishes with the namespace).
 const STAGING_TMPFS: &str = "/tmp";
 const STAGING_ROOT: &str = "/tmp/.strata-root";
+const STAGING_DEV: &str = "/tmp/.strata-dev";
 
 /// A mount step failed; `step` says which and `path` where.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +70,7 @@ pub enum MountError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("mount: rootfs {path} is not a directory")]
+    #[error("mount: rootfs {path} is not a directory (or cannot be opened)")]
     NoRootfs { path: PathBuf },
     #[error("mount: bind target {target} must be an absolute path without '..' that exists in the new root")]
     BadTarget { target: PathBuf },
@@ -202,6 +209,119 @@ fn under(root: &Path, p: &str) -> PathBuf {
     root.join(p.trim_start_matches('/'))
 }
 
+fn open_path(path: &Path) -> Result<OwnedFd, MountError> {
+    use rustix::fs::{Mode, OFlags};
+    step(
+        "open (O_PATH)",
+        path,
+        rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()),
+    )
+}
+
+fn open_dir_path(path: &Path) -> Result<OwnedFd, MountError> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|_| MountError::NoRootfs { path: path.into() })
+}
+
+/// `/proc/self/fd/N`: a path that resolves to what `fd` refers to.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// Where a /dev tmpfs gets its nodes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum DevSource {
+    /// The host's /dev, a new devpts instance and a new /dev/shm.
+    Host,
+    /// Another /dev built from the host (binds of its nodes, pts and shm),
+    /// plus /dev/fuse from the host.
+    Lower,
+}
+
+fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountError> {
+    mount(
+        "tmpfs",
+        dev,
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "mode=0755,size=65536",
+        "tmpfs /dev",
+    )?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        touch(&target)?;
+        bind(&from.join(name), &target, false, "bind device node")?;
+    }
+    let pts = dev.join("pts");
+    mkdir_p(&pts, 0o755)?;
+    let shm = dev.join("shm");
+    mkdir_p(&shm, 0o1777)?;
+    match source {
+        DevSource::Host => {
+            // newinstance: a private devpts, so commands see only their own
+            // ptys (devpts(5)); ptmxmode=0666 lets a nonroot command open ptmx.
+            mount(
+                "devpts",
+                &pts,
+                "devpts",
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                "newinstance,ptmxmode=0666,mode=0620",
+                "devpts /dev/pts",
+            )?;
+            mount(
+                "tmpfs",
+                &shm,
+                "tmpfs",
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                "mode=1777",
+                "tmpfs /dev/shm",
+            )?;
+        }
+        DevSource::Lower => {
+            bind(&from.join("pts"), &pts, false, "bind the Sandbox's devpts")?;
+            bind(
+                &from.join("shm"),
+                &shm,
+                false,
+                "bind the Sandbox's /dev/shm",
+            )?;
+            let fuse = dev.join("fuse");
+            touch(&fuse)?;
+            bind(
+                Path::new("/dev/fuse"),
+                &fuse,
+                false,
+                "bind /dev/fuse for the daemon",
+            )?;
+        }
+    }
+    for (link, to) in [
+        ("ptmx", "pts/ptmx"),
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        let l = dev.join(link);
+        step("symlink in /dev", &l, std::os::unix::fs::symlink(to, &l))?;
+    }
+    step(
+        "chmod /dev",
+        dev,
+        fs::set_permissions(dev, fs::Permissions::from_mode(0o755)),
+    )?;
+    remount_ro(
+        dev,
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "remount /dev read-only",
+    )
+}
+
 /// Build the view and pivot into it. Must run in a fresh mount namespace
 /// (CLONE_NEWNS) as real root, and in the Sandbox's PID and network
 /// namespaces so that /proc and /sys describe them.
@@ -209,6 +329,7 @@ pub fn build_view(
     root: &RootFs,
     binds: &[BindMount],
     tmp_size_bytes: Option<u64>,
+    dev_fuse: bool,
 ) -> Result<(), MountError> {
     // 1. Private propagation for everything, recursively. Without it, the
     //    mounts below would propagate back into the host's shared mounts
@@ -222,39 +343,46 @@ pub fn build_view(
         ),
     )?;
 
-    // 2. Stage the new root.
-    let new_root = match root {
-        RootFs::HostReadOnly => {
-            let staging = Path::new(STAGING_TMPFS);
-            mount(
-                "tmpfs",
-                staging,
-                "tmpfs",
-                libc::MS_NOSUID | libc::MS_NODEV,
-                "mode=0700",
-                "staging tmpfs",
-            )?;
-            let r = PathBuf::from(STAGING_ROOT);
-            mkdir_p(&r, 0o755)?;
-            bind(Path::new("/"), &r, true, "bind host / recursively")?;
-            r
-        }
-        RootFs::Dir { path, .. } => {
-            if !path.is_dir() {
-                return Err(MountError::NoRootfs { path: path.clone() });
-            }
-            // A bind onto itself makes the rootfs a mount point, which
-            // pivot_root(2) requires of new_root.
-            bind(path, path, true, "bind rootfs onto itself")?;
+    // 2a. Host paths we still need (a rootfs dir, bind sources) are
+    //     opened as O_PATH fds *before* the staging tmpfs covers /tmp, and
+    //     bound through /proc/self/fd/N (mount(2) follows that magic link
+    //     to the file itself). So a rootfs or Workspace under /tmp works.
+    let rootfs_fd = match root {
+        RootFs::HostReadOnly => None,
+        RootFs::Dir { path, .. } => Some(open_dir_path(path)?),
+    };
+    let bind_fds = binds
+        .iter()
+        .map(|b| open_path(&b.source))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    // 2b. Stage the new root on a tmpfs over /tmp that exists only in this
+    //     mount namespace (the host's /tmp is untouched); it is detached
+    //     with the old root in step 6.
+    mount(
+        "tmpfs",
+        Path::new(STAGING_TMPFS),
+        "tmpfs",
+        libc::MS_NOSUID | libc::MS_NODEV,
+        "mode=0700",
+        "staging tmpfs",
+    )?;
+    let new_root = PathBuf::from(STAGING_ROOT);
+    mkdir_p(&new_root, 0o755)?;
+    match &rootfs_fd {
+        None => bind(Path::new("/"), &new_root, true, "bind host / recursively")?,
+        Some(fd) => {
+            bind(&fd_path(fd), &new_root, true, "bind rootfs")?;
+            // Mount points the steps below need. Created in the rootfs
+            // directory itself if missing (documented on RootFs::Dir).
             for d in ["tmp", "proc", "sys", "dev"] {
-                let p = path.join(d);
+                let p = new_root.join(d);
                 if !p.exists() {
                     mkdir_p(&p, 0o755)?;
                 }
             }
-            path.clone()
         }
-    };
+    }
 
     // 3. Read-only for the whole staged tree (every submount of the host
     //    root too), plus nosuid/nodev: nothing on the host tree may grant
@@ -309,68 +437,32 @@ pub fn build_view(
     // 4d. /dev: a small tmpfs with only the devices in DEVICES bound from
     //     the host, a private devpts instance, /dev/shm and the usual
     //     symlinks; then the tmpfs itself goes read-only so no command can
-    //     add nodes or replace the symlinks.
+    //     add nodes or replace the symlinks. This is the commands' /dev.
     let dev = under(&new_root, "/dev");
-    mount(
-        "tmpfs",
-        &dev,
-        "tmpfs",
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        "mode=0755,size=65536",
-        "tmpfs /dev",
-    )?;
-    for name in DEVICES {
-        let host = Path::new("/dev").join(name);
-        let target = dev.join(name);
-        touch(&target)?;
-        bind(&host, &target, false, "bind device node")?;
+    populate_dev(&dev, Path::new("/dev"), DevSource::Host)?;
+
+    // 4e. The daemon's /dev (only with `dev_fuse`): a second tmpfs stacked
+    //     on top of the commands' /dev, with the same device binds, the
+    //     *same* devpts instance and /dev/shm (bound from the lower /dev,
+    //     so ptys and shm the daemon hands to a command are the command's
+    //     too) plus /dev/fuse. Built in the staging tmpfs, then moved onto
+    //     /dev. A command's mount namespace drops the upper layer again
+    //     (exec::hide_dev_fuse), revealing the lower one: no /dev/fuse
+    //     entry at all, not even an empty mount point file.
+    if dev_fuse {
+        let upper = PathBuf::from(STAGING_DEV);
+        mkdir_p(&upper, 0o755)?;
+        populate_dev(&upper, &dev, DevSource::Lower)?;
+        step(
+            "move the daemon's /dev into place (MS_MOVE)",
+            &dev,
+            rustix::mount::mount_move(&upper, &dev),
+        )?;
     }
-    let pts = dev.join("pts");
-    mkdir_p(&pts, 0o755)?;
-    // newinstance: a private devpts, so commands see only their own ptys
-    // (devpts(5)); ptmxmode=0666 lets the nonroot command open ptmx.
-    mount(
-        "devpts",
-        &pts,
-        "devpts",
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        "newinstance,ptmxmode=0666,mode=0620",
-        "devpts /dev/pts",
-    )?;
-    let shm = dev.join("shm");
-    mkdir_p(&shm, 0o1777)?;
-    mount(
-        "tmpfs",
-        &shm,
-        "tmpfs",
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        "mode=1777",
-        "tmpfs /dev/shm",
-    )?;
-    for (link, to) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        let l = dev.join(link);
-        step("symlink in /dev", &l, std::os::unix::fs::symlink(to, &l))?;
-    }
-    step(
-        "chmod /dev",
-        &dev,
-        fs::set_permissions(&dev, fs::Permissions::from_mode(0o755)),
-    )?;
-    remount_ro(
-        &dev,
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        "remount /dev read-only",
-    )?;
 
     // 5. Extra binds (Workspace mounts and the like), after the read-only
     //    step so that a writable bind stays writable.
-    for b in binds {
+    for (b, fd) in binds.iter().zip(&bind_fds) {
         let t = &b.target;
         if !crate::exec::is_clean_absolute(t) {
             return Err(MountError::BadTarget { target: t.clone() });
@@ -379,7 +471,7 @@ pub fn build_view(
         if !target.exists() {
             return Err(MountError::BadTarget { target: t.clone() });
         }
-        bind(&b.source, &target, true, "bind mount into the Sandbox")?;
+        bind(&fd_path(fd), &target, true, "bind mount into the Sandbox")?;
         if b.readonly {
             make_tree_readonly(&target)?;
         }
@@ -405,5 +497,18 @@ pub fn build_view(
         rustix::mount::unmount(".", UnmountFlags::DETACH),
     )?;
     step("chdir /", "/", rustix::process::chdir("/"))?;
+
+    // 7. Shared propagation inside the Sandbox (new peer groups, private to
+    //    this namespace since step 1 cut the host off): a command's own
+    //    mount namespace, made a slave of this one, then still receives the
+    //    Workspace mounts the daemon makes after the command started.
+    step(
+        "make / rshared inside the Sandbox",
+        "/",
+        rustix::mount::mount_change(
+            "/",
+            MountPropagationFlags::REC | MountPropagationFlags::SHARED,
+        ),
+    )?;
     Ok(())
 }

@@ -57,6 +57,11 @@ pub struct SandboxConfig {
     pub tmp_size_bytes: Option<u64>,
     /// Extra bind mounts (Workspaces, later).
     pub binds: Vec<BindMount>,
+    /// Bind /dev/fuse into the Sandbox's /dev for the daemon (root). Commands
+    /// never see it: the privilege drop takes it away in a mount namespace
+    /// of their own (`exec::hide_dev_fuse`).
+    #[serde(default)]
+    pub dev_fuse: bool,
 }
 
 impl Default for SandboxConfig {
@@ -69,6 +74,7 @@ impl Default for SandboxConfig {
             cgroup_name: None,
             tmp_size_bytes: None,
             binds: Vec::new(),
+            dev_fuse: false,
         }
     }
 }

@@ -274,6 +274,81 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        // Act as the daemon would: run ARGV... through the exec helper
+        // (this binary re-executed as `__strata-exec`) as uid:gid 1500.
+        "helper-run" => {
+            let spec = strata_sandbox::ExecSpec {
+                argv: args[1..].iter().map(Into::into).collect(),
+                env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+                cwd: "/".into(),
+                identity: strata_sandbox::Identity::default(),
+                rlimits: vec![],
+            };
+            let report = std::env::temp_dir().join(format!("helper-report-{}", std::process::id()));
+            let exe = match std::env::current_exe() {
+                Ok(e) => e,
+                Err(e) => {
+                    println!("current_exe: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let status = strata_sandbox::exec_helper_command(&exe, &spec, Some(&report))
+                .map_err(|e| e.to_string())
+                .and_then(|mut c| c.status().map_err(|e| e.to_string()));
+            if let Ok(text) = std::fs::read_to_string(&report) {
+                println!("helper-failure: {}", text.trim());
+                return ExitCode::from(3);
+            }
+            match status {
+                Ok(s) => ExitCode::from(s.code().unwrap_or(4) as u8),
+                Err(e) => {
+                    println!("spawn: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        // As the daemon: start a command through the exec helper, then
+        // mount a tmpfs on /srv with a marker file; the command lists /srv
+        // after a pause and must see the marker (mount propagation into the
+        // command's own mount namespace).
+        "propagation" => {
+            let spec = strata_sandbox::ExecSpec {
+                argv: ["/bin/sh", "-c", "sleep 0.5; ls /srv"]
+                    .iter()
+                    .map(Into::into)
+                    .collect(),
+                env: vec![],
+                cwd: "/".into(),
+                identity: strata_sandbox::Identity::default(),
+                rlimits: vec![],
+            };
+            let exe = std::env::current_exe().unwrap_or_default();
+            let child = strata_sandbox::exec_helper_command(&exe, &spec, None)
+                .map_err(|e| e.to_string())
+                .and_then(|mut c| c.spawn().map_err(|e| e.to_string()));
+            let mut child = match child {
+                Ok(c) => c,
+                Err(e) => {
+                    println!("spawn: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            let mounted = rustix::mount::mount(
+                "tmpfs",
+                "/srv",
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                c"mode=0755",
+            );
+            if let Err(e) = mounted {
+                println!("mount: {e}");
+            }
+            let _ = std::fs::write("/srv/marker", b"x");
+            let st = child.wait();
+            println!("child: {st:?}");
+            ExitCode::SUCCESS
+        }
         other => {
             eprintln!("strata-sandbox-probe: unknown subcommand {other:?}");
             ExitCode::from(2)
