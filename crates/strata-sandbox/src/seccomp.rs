@@ -77,6 +77,14 @@ pub const CLONE_NAMESPACE_FLAGS: &[u64] = &[
 /// ADDR_NO_RANDOMIZE) weakens the command's own hardening.
 pub const PERSONALITY_ALLOWED: &[u64] = &[0x0, 0x8, 0x20000, 0x20008, 0xffff_ffff];
 
+/// ioctl requests that inject input into a terminal. The request is
+/// compared as 32 bits (Dword): the kernel's ioctl takes `unsigned int cmd`,
+/// so a 64-bit compare could be bypassed by setting the upper half (the
+/// bubblewrap CVE-2017-5226 lesson).
+// libc's ioctl request type is c_ulong on glibc but c_int on musl.
+#[allow(clippy::unnecessary_cast)]
+pub const TERMINAL_INJECTION_IOCTLS: &[u64] = &[libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+
 /// When a rule applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
@@ -86,6 +94,8 @@ pub enum When {
     AnyBitSet { arg: u8, bits: &'static [u64] },
     /// When argument `arg` (32-bit) is none of these values.
     NotOneOf { arg: u8, values: &'static [u64] },
+    /// When argument `arg` (32-bit) is one of these values.
+    OneOf { arg: u8, values: &'static [u64] },
 }
 
 /// One line of the policy.
@@ -173,6 +183,7 @@ pub static POLICY: &[Rule] = &[
     deny("acct", libc::SYS_acct, EPERM, "host-global process accounting"),
     deny("quotactl", libc::SYS_quotactl, EPERM, "filesystem quota administration"),
     deny("quotactl_fd", libc::SYS_quotactl_fd, EPERM, "filesystem quota administration"),
+    deny_when("ioctl", libc::SYS_ioctl, When::OneOf { arg: 1, values: TERMINAL_INJECTION_IOCTLS }, EPERM, "TIOCSTI/TIOCLINUX push keystrokes into a terminal's input: with an inherited terminal a command could type into the user's shell outside the Sandbox"),
     deny("syslog", libc::SYS_syslog, EPERM, "the kernel log is host-global and leaks kernel addresses"),
     deny_when("personality", libc::SYS_personality, When::NotOneOf { arg: 0, values: PERSONALITY_ALLOWED }, EPERM, "odd personalities (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE) weaken hardening"),
     deny("io_uring_setup", libc::SYS_io_uring_setup, ENOSYS, "io_uring operations are not seen by seccomp; ENOSYS makes programs fall back to plain syscalls"),
@@ -296,6 +307,16 @@ fn seccompiler_rules(rule: &Rule) -> Result<Option<Vec<SeccompRule>>, CompileErr
                     bit,
                 )
                 .map_err(bad)?;
+                SeccompRule::new(vec![c]).map_err(bad)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        // One rule per value, OR-ed: "arg == v1 || arg == v2 ...".
+        When::OneOf { arg, values } => values
+            .iter()
+            .map(|&v| {
+                let c = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
+                    .map_err(bad)?;
                 SeccompRule::new(vec![c]).map_err(bad)
             })
             .collect::<Result<Vec<_>, _>>()

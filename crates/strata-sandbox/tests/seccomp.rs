@@ -349,3 +349,41 @@ fn x32_abi_is_refused() {
     // filtered result is asserted here.
     assert_eq!(in_child(call, true), ENOSYS);
 }
+
+// Terminal input injection. fd -1: EBADF without the filter.
+denied!(
+    ioctl_tiocsti,
+    EPERM,
+    sc(libc::SYS_ioctl, -1, libc::TIOCSTI, c"x".as_ptr())
+);
+denied!(
+    ioctl_tiocsti_upper_bits_set,
+    EPERM,
+    sc(
+        libc::SYS_ioctl,
+        -1,
+        (1u64 << 32) | libc::TIOCSTI as u64,
+        c"x".as_ptr()
+    )
+);
+denied!(
+    ioctl_tioclinux,
+    EPERM,
+    sc(libc::SYS_ioctl, -1, libc::TIOCLINUX, 0)
+);
+allowed!(ioctl_fionread_is_allowed, {
+    let mut n: libc::c_int = 0;
+    // FIONREAD on stdin-like fd 0 may fail (e.g. /dev/null: ENOTTY) but
+    // must not be EPERM; map any non-EPERM result to success.
+    let r = sc(
+        libc::SYS_ioctl,
+        0,
+        libc::FIONREAD,
+        &mut n as *mut libc::c_int,
+    );
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(EPERM) {
+        -1
+    } else {
+        0
+    }
+});
