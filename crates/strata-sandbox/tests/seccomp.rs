@@ -362,7 +362,7 @@ denied!(
     sc(
         libc::SYS_ioctl,
         -1,
-        (1u64 << 32) | libc::TIOCSTI as u64,
+        (1u64 << 32) | strata_sandbox::seccomp::TERMINAL_INJECTION_IOCTLS[0],
         c"x".as_ptr()
     )
 );
