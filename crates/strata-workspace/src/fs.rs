@@ -1,0 +1,736 @@
+//! The FUSE operation handlers (fuser 0.18 `Filesystem`, `&self` methods
+//! called from several session threads). Every handler takes the state lock
+//! for metadata only; file bytes are read and written with pread/pwrite on
+//! an `Arc<File>` after the lock is released, and with passthrough they do
+//! not come through here at all.
+
+use crate::node::{now_ns, Backing, Data, NodeKind, UpperInfo};
+use crate::ops::NewOwner;
+use crate::state::{eio, io_errno, Handle, State, R};
+use crate::workspace::Shared;
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
+    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+/// Attribute and entry cache lifetime. Every change goes through this
+/// daemon and the kernel invalidates what a reply changes, so a second is
+/// safe and saves most getattr round trips.
+const TTL: Duration = Duration::from_secs(1);
+
+pub(crate) struct WsFs {
+    pub shared: Arc<Shared>,
+    pub want_passthrough: bool,
+}
+
+fn name_bytes(n: &OsStr) -> &[u8] {
+    n.as_bytes()
+}
+
+impl WsFs {
+    fn st(&self) -> MutexGuard<'_, State> {
+        // A panic in one handler must not wedge the whole mount.
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn owner(&self, st: &State, req: &Request) -> NewOwner {
+        NewOwner {
+            uid: st.ids.inbound_uid(req.uid()),
+            gid: st.ids.inbound_gid(req.gid()),
+        }
+    }
+
+    fn entry(&self, r: R<(u64, fuser::FileAttr)>, reply: ReplyEntry) {
+        match r {
+            Ok((_, a)) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn new_node(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        kind: NodeKind,
+        mode: u32,
+        data: Data,
+    ) -> R<(u64, fuser::FileAttr)> {
+        let mut st = self.st();
+        let owner = self.owner(&st, req);
+        st.tx(|s| s.do_create(parent.0, name_bytes(name), kind, mode, owner, data))
+    }
+
+    /// Reply to an open/create: with passthrough, all handles of one inode
+    /// share one backing file (the kernel refuses a second, different one
+    /// with EBUSY, and refuses to mix passthrough and cached opens).
+    fn open_reply(&self, st: &mut State, ino: u64) -> R<(u64, Option<Arc<fuser::BackingId>>)> {
+        let fh = st.new_fh(Handle::File { ino });
+        st.node_mut(ino)?.opens += 1;
+        if !st.passthrough {
+            return Ok((fh, None));
+        }
+        let upper = matches!(st.node(ino)?.data, Data::Upper(_));
+        let n = st.node(ino)?;
+        match &n.backing {
+            Some(b) if b.upper == upper => Ok((fh, Some(b.id.clone()))),
+            Some(_) => {
+                // Readers share the base content's cache file; a writer
+                // needs its own copy, which the kernel cannot switch to
+                // while those readers are open. Like a running executable:
+                // ETXTBSY until they close.
+                self.undo_open(st, ino, fh);
+                Err(Errno::ETXTBSY)
+            }
+            None => Ok((fh, None)),
+        }
+    }
+
+    fn undo_open(&self, st: &mut State, ino: u64, fh: u64) {
+        st.handles.remove(&fh);
+        if let Ok(n) = st.node_mut(ino) {
+            n.opens = n.opens.saturating_sub(1);
+        }
+    }
+
+    /// Register the inode's data file as its passthrough backing, if we
+    /// should; `None` means answer without passthrough.
+    fn new_backing(
+        &self,
+        st: &mut State,
+        ino: u64,
+        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        if !st.passthrough {
+            return None;
+        }
+        let n = st.node(ino).ok()?;
+        if n.backing.is_some() || n.opens > 1 {
+            return None;
+        }
+        let upper = matches!(n.data, Data::Upper(_));
+        let f = st.data_file(ino).ok()?;
+        match open_backing(&f) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                st.node_mut(ino).ok()?.backing = Some(Backing {
+                    id: id.clone(),
+                    upper,
+                });
+                Some(id)
+            }
+            Err(e) => {
+                tracing::warn!("passthrough backing for inode {ino} refused ({e}); serving reads and writes in the daemon");
+                None
+            }
+        }
+    }
+}
+
+impl Filesystem for WsFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let mut pt = false;
+        if self.want_passthrough && rustix::process::geteuid().is_root() {
+            // Passthrough (kernel >= 6.9) needs CAP_SYS_ADMIN for
+            // FUSE_DEV_IOC_BACKING_OPEN and a stacking depth of at least 1.
+            if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
+                pt = config.set_max_stack_depth(1).is_ok();
+            }
+        }
+        let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        self.st().passthrough = pt;
+        tracing::debug!("fuse init: passthrough={pt}");
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = self.st().do_lookup(parent.0, name_bytes(name));
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.st().do_forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.st().attr(ino.0) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let mut st = self.st();
+        let uid = uid.map(|u| st.ids.inbound_uid(u));
+        let gid = gid.map(|g| st.ids.inbound_gid(g));
+        match st.tx(|s| s.do_setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime)) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let st = self.st();
+        match st.node(ino.0).map(|n| &n.data) {
+            Ok(Data::Symlink(t)) => reply.data(t),
+            Ok(_) => reply.error(Errno::EINVAL),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let (kind, data) = match mode & libc::S_IFMT {
+            libc::S_IFREG => (NodeKind::File, new_file_data()),
+            libc::S_IFIFO => (NodeKind::Fifo, Data::None),
+            libc::S_IFSOCK => (NodeKind::Socket, Data::None),
+            // A Store has no device nodes; refuse like a nodev filesystem
+            // that cannot represent them.
+            _ => return reply.error(Errno::EPERM),
+        };
+        self.entry(self.new_node(req, parent, name, kind, mode, data), reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(
+            self.new_node(req, parent, name, NodeKind::Dir, mode, Data::None),
+            reply,
+        );
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .st()
+            .tx(|s| s.do_remove(parent.0, name_bytes(name), false))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self
+            .st()
+            .tx(|s| s.do_remove(parent.0, name_bytes(name), true))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let data = Data::Symlink(target.as_os_str().as_bytes().to_vec());
+        self.entry(
+            self.new_node(req, parent, link_name, NodeKind::Symlink, 0o777, data),
+            reply,
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let r = self.st().tx(|s| {
+            s.do_rename(
+                parent.0,
+                name_bytes(name),
+                newparent.0,
+                name_bytes(newname),
+                flags,
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        match self
+            .st()
+            .tx(|s| s.do_link(ino.0, newparent.0, name_bytes(newname)))
+        {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        let mut st = self.st();
+        let r = (|| {
+            let kind = st.node(ino.0)?.kind;
+            if kind == NodeKind::Dir {
+                return Err(Errno::EISDIR);
+            }
+            if kind != NodeKind::File {
+                return Err(Errno::EINVAL);
+            }
+            if write && !matches!(st.node(ino.0)?.data, Data::Upper(_)) {
+                // Copy-up before the reply: a passthrough write-open needs
+                // its final backing file now.
+                let busy = st.node(ino.0)?.backing.is_some();
+                if busy {
+                    return Err(Errno::ETXTBSY);
+                }
+                st.tx(|s| s.copy_up(ino.0))?;
+            }
+            self.open_reply(&mut st, ino.0)
+        })();
+        match r {
+            Ok((fh, Some(id))) => {
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
+            }
+            Ok((fh, None)) => match self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
+                None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+            },
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.new_node(req, parent, name, NodeKind::File, mode, new_file_data());
+        let (ino, attr) = match r {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let mut st = self.st();
+        let fh = st.new_fh(Handle::File { ino });
+        if let Ok(n) = st.node_mut(ino) {
+            n.opens += 1;
+        }
+        match self.new_backing(&mut st, ino, |f| reply.open_backing(f)) {
+            Some(id) => reply.created_passthrough(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::empty(),
+                &id,
+            ),
+            None => reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let f = match self.st().data_file(ino.0) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let mut buf = vec![0u8; size as usize];
+        let mut got = 0usize;
+        while got < buf.len() {
+            match f.read_at(&mut buf[got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return reply.error(io_errno("read", e)),
+            }
+        }
+        reply.data(&buf[..got]);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let f = {
+            let mut st = self.st();
+            let r = st.tx(|s| {
+                s.copy_up(ino.0)?;
+                s.mark_written(ino.0)?;
+                s.data_file(ino.0)
+            });
+            match r {
+                Ok(f) => f,
+                Err(e) => return reply.error(e),
+            }
+        };
+        match f.write_all_at(data, offset) {
+            Ok(()) => reply.written(data.len() as u32),
+            Err(e) => reply.error(io_errno("write", e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let mut st = self.st();
+        st.handles.remove(&fh.0);
+        if let Ok(n) = st.node_mut(ino.0) {
+            n.opens = n.opens.saturating_sub(1);
+            if n.opens == 0 {
+                n.backing = None;
+                n.file = None;
+            }
+        }
+        st.maybe_reap(ino.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let f = {
+            let mut st = self.st();
+            match st.node(ino.0).map(|n| matches!(n.data, Data::Upper(_))) {
+                Ok(true) => st.data_file(ino.0),
+                Ok(false) => return reply.ok(),
+                Err(e) => Err(e),
+            }
+        };
+        let r = f.and_then(|f| {
+            if datasync {
+                f.sync_data()
+            } else {
+                f.sync_all()
+            }
+            .map_err(|e| io_errno("fsync", e))
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let mut st = self.st();
+        let r = (|| {
+            let parent = st.node(ino.0)?.parent();
+            let mut entries = vec![
+                (ino.0, fuser::FileType::Directory, b".".to_vec()),
+                (parent, fuser::FileType::Directory, b"..".to_vec()),
+            ];
+            entries.extend(st.read_dir(ino.0)?);
+            Ok(st.new_fh(Handle::Dir { entries }))
+        })();
+        match r {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let st = self.st();
+        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(*ino),
+                (i + 1) as u64,
+                *kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.st().handles.remove(&fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let dir = self.st().upper_dir.clone();
+        match rustix::fs::statvfs(&dir) {
+            Ok(s) => reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                crate::state::NAME_MAX as u32,
+                s.f_frsize as u32,
+            ),
+            Err(e) => reply.error(eio("statfs", e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .st()
+            .tx(|s| s.do_setxattr(ino.0, name_bytes(name), value, flags))
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let st = self.st();
+        let v = match st.node(ino.0) {
+            Ok(n) => n.xattrs.get(name_bytes(name)).cloned(),
+            Err(e) => return reply.error(e),
+        };
+        match v {
+            None => reply.error(Errno::NO_XATTR),
+            Some(v) => xattr_reply(&v, size, reply),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let st = self.st();
+        let n = match st.node(ino.0) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let mut buf = Vec::new();
+        for k in n.xattrs.keys() {
+            buf.extend_from_slice(k);
+            buf.push(0);
+        }
+        xattr_reply(&buf, size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.st().tx(|s| s.do_removexattr(ino.0, name_bytes(name))) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Only called without default_permissions, i.e. in rootless mode,
+        // where the one user of the namespace owns everything.
+        match self.st().node(ino.0) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let f = {
+            let mut st = self.st();
+            match st.tx(|s| {
+                s.copy_up(ino.0)?;
+                s.mark_written(ino.0)?;
+                s.data_file(ino.0)
+            }) {
+                Ok(f) => f,
+                Err(e) => return reply.error(e),
+            }
+        };
+        let flags = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
+        match rustix::fs::fallocate(&*f, flags, offset, length) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(Errno::from_i32(e.raw_os_error())),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let f = match self.st().data_file(ino.0) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let pos = match whence {
+            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
+            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset as u64),
+            _ => return reply.error(Errno::EINVAL),
+        };
+        // The shared descriptor's offset is never used (all I/O is
+        // pread/pwrite), so moving it is harmless.
+        let r = rustix::fs::seek(&*f, pos);
+        match r {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(Errno::from_i32(e.raw_os_error())),
+        }
+    }
+}
+
+fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
+    if size == 0 {
+        reply.size(v.len() as u32);
+    } else if v.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(v);
+    }
+}
+
+fn new_file_data() -> Data {
+    Data::Upper(UpperInfo {
+        origin: None,
+        origin_size: 0,
+        origin_mtime: now_ns(),
+        written: true,
+    })
+}

@@ -1,0 +1,23 @@
+//! strata-workspace: a writable FUSE projection of a branch of a strata
+//! Store, with status, commit and discard. See API.md for the contract.
+//!
+//! Layers: the base commit's tree is the lower layer, read lazily from the
+//! Store; changed and new file data live in a per-Workspace scratch
+//! directory (the upper layer) and every metadata change is journalled in
+//! SQLite next to it, so that a Workspace survives the death of its server.
+
+mod cache;
+mod commit;
+mod config;
+mod error;
+mod fs;
+mod journal;
+mod node;
+mod ops;
+mod state;
+mod workspace;
+
+pub use commit::{Change, ChangeKind, CommitOutcome};
+pub use config::{IdMapping, MountOptions, WorkspaceOptions};
+pub use error::{Result, WsError};
+pub use workspace::{MountHandle, Workspace};

@@ -1,0 +1,545 @@
+//! The programmatic API: create/open a Workspace, status, commit, discard,
+//! and serve it over FUSE (mounted at a path by a root daemon, or on a
+//! /dev/fuse fd handed over from a user namespace).
+
+use crate::cache::ContentCache;
+use crate::commit::{Change, CommitOutcome};
+use crate::config::{MountOptions, WorkspaceOptions};
+use crate::error::{Result, WsError};
+use crate::fs::WsFs;
+use crate::journal::Journal;
+use crate::node::{now_ns, Data, Node, NodeKind, Slot, ROOT};
+use crate::state::State;
+use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use strata_store::{BranchRef, ObjectId, Store};
+
+const JOURNAL: &str = "journal.db";
+const UPPER: &str = "upper";
+const LOCK: &str = "lock";
+
+pub(crate) struct Shared {
+    pub state: Mutex<State>,
+    pub id: String,
+    pub dir: PathBuf,
+    pub mounted: AtomicBool,
+    /// Held (flock) while this Workspace is open: one server per ID.
+    _lock: File,
+}
+
+/// A writable projection of one branch head. Cheap to clone; all clones
+/// share one state, so a control thread can call [`Workspace::status`] and
+/// [`Workspace::commit`] while the FUSE session serves the mount.
+#[derive(Clone)]
+pub struct Workspace {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Workspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Workspace")
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+fn lock_dir(dir: &Path, id: &str) -> Result<File> {
+    let p = dir.join(LOCK);
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&p)
+        .map_err(WsError::io("open the workspace lock", &p))?;
+    // flock(2): released by the kernel when the holder dies, so a crashed
+    // server never leaves a stale lock behind.
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
+        WsError::Locked {
+            id: id.to_string(),
+            path: p.clone(),
+        }
+    })?;
+    Ok(f)
+}
+
+fn valid_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && id != "cache";
+    if !ok {
+        return Err(WsError::Invalid(format!(
+            "workspace id {id:?}: use 1-64 characters of [A-Za-z0-9_-] (not \"cache\")"
+        )));
+    }
+    Ok(())
+}
+
+impl Workspace {
+    /// Create a Workspace on `branch_ref` ("project/branch"), with its
+    /// scratch directory under `scratch_root`. Reads only the base commit
+    /// object: cost does not depend on the size of the tree.
+    pub fn create(
+        store: &Store,
+        branch_ref: &str,
+        scratch_root: &Path,
+        opts: &WorkspaceOptions,
+    ) -> Result<Workspace> {
+        let resolved = store
+            .resolve(branch_ref)
+            .map_err(WsError::store("resolve the branch"))?;
+        let branch = resolved.branch.ok_or_else(|| WsError::NotABranch {
+            reference: branch_ref.to_string(),
+        })?;
+        let base = resolved.commit;
+        let tree = store
+            .read_commit(base)
+            .map_err(WsError::store("read the base commit"))?
+            .tree;
+        let id = match &opts.id {
+            Some(id) => id.clone(),
+            None => format!("{:016x}", rand::random::<u64>()),
+        };
+        valid_id(&id)?;
+        let dir = scratch_root.join(&id);
+        std::fs::create_dir_all(scratch_root)
+            .map_err(WsError::io("create the scratch root", scratch_root))?;
+        std::fs::create_dir(&dir).map_err(WsError::io("create the workspace directory", &dir))?;
+        std::fs::create_dir(dir.join(UPPER))
+            .map_err(WsError::io("create the upper directory", &dir))?;
+        let lock = lock_dir(&dir, &id)?;
+        let journal = Journal::open(&dir.join(JOURNAL))?;
+        store
+            .pin(&format!("workspace:{id}"), base)
+            .map_err(WsError::store("pin the base commit"))?;
+        let (uid, gid) = opts.root_owner.unwrap_or_else(|| {
+            (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            )
+        });
+        let mut root = Node::new(
+            NodeKind::Dir,
+            opts.root_mode.unwrap_or(0o755),
+            uid,
+            gid,
+            now_ns(),
+            Data::None,
+        );
+        root.dir_mut().expect("dir").lower = Some(tree);
+        let mut state = new_state(store, &id, branch, base, &dir, opts, journal)?;
+        state.nodes.insert(ROOT, root);
+        state
+            .tx(|s| {
+                s.journal
+                    .set_meta("id", &id)
+                    .map_err(|e| crate::state::eio("journal", e))?;
+                s.journal
+                    .set_meta("branch", &s.branch.to_string())
+                    .map_err(|e| crate::state::eio("journal", e))?;
+                s.journal
+                    .set_meta("base", &base.to_hex())
+                    .map_err(|e| crate::state::eio("journal", e))?;
+                s.persist(ROOT)
+            })
+            .map_err(|e| WsError::Invalid(format!("initialize the journal: {e:?}")))?;
+        Ok(Workspace::wrap(state, id, dir, lock))
+    }
+
+    /// Reopen Workspace `id` (e.g. after its server died): the uncommitted
+    /// state is exactly what the journal and the upper directory hold.
+    pub fn open(
+        store: &Store,
+        id: &str,
+        scratch_root: &Path,
+        opts: &WorkspaceOptions,
+    ) -> Result<Workspace> {
+        valid_id(id)?;
+        let dir = scratch_root.join(id);
+        if !dir.join(JOURNAL).exists() {
+            return Err(WsError::NotFound {
+                id: id.to_string(),
+                scratch_root: scratch_root.to_path_buf(),
+            });
+        }
+        let lock = lock_dir(&dir, id)?;
+        let journal = Journal::open(&dir.join(JOURNAL))?;
+        let meta = |k: &str| -> Result<String> {
+            journal
+                .get_meta(k)
+                .map_err(journal.err("read metadata"))?
+                .ok_or_else(|| WsError::CorruptJournal {
+                    path: journal.path().to_path_buf(),
+                    reason: format!("no {k}"),
+                })
+        };
+        let branch =
+            BranchRef::parse(&meta("branch")?).map_err(WsError::store("parse the branch"))?;
+        let base_hex = meta("base")?;
+        let base = ObjectId::from_hex(&base_hex).ok_or_else(|| WsError::CorruptJournal {
+            path: journal.path().to_path_buf(),
+            reason: format!("bad base {base_hex:?}"),
+        })?;
+        let (nodes, entries) = journal.load()?;
+        let mut state = new_state(store, id, branch, base, &dir, opts, journal)?;
+        for (ino, rec) in nodes {
+            state.nodes.insert(ino, Node::from_record(rec));
+            state.next_ino = state.next_ino.max(ino + 1);
+        }
+        if !state.nodes.contains_key(&ROOT) {
+            return Err(WsError::CorruptJournal {
+                path: dir.join(JOURNAL),
+                reason: "no root".into(),
+            });
+        }
+        for (parent, name, child) in entries {
+            let slot = match child {
+                Some(c) if state.nodes.contains_key(&c) => Slot::Node(c),
+                Some(_) => continue,
+                None => Slot::Whiteout,
+            };
+            if let Slot::Node(c) = slot {
+                state
+                    .nodes
+                    .get_mut(&c)
+                    .expect("checked")
+                    .links
+                    .push((parent, name.clone()));
+            }
+            if let Some(d) = state.nodes.get_mut(&parent).and_then(|n| n.dir_mut()) {
+                d.children.insert(name, slot);
+            }
+        }
+        for (ino, n) in &state.nodes {
+            if n.link_group != 0 {
+                state.groups.insert(n.link_group, *ino);
+            }
+        }
+        // Upper files of nodes that were unlinked while open when the server
+        // died are garbage now.
+        let upper = dir.join(UPPER);
+        if let Ok(rd) = std::fs::read_dir(&upper) {
+            for e in rd.flatten() {
+                let keep = e
+                    .file_name()
+                    .to_str()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .map(|i| state.nodes.contains_key(&i))
+                    .unwrap_or(false);
+                if !keep {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        store
+            .pin(&format!("workspace:{id}"), base)
+            .map_err(WsError::store("pin the base commit"))?;
+        Ok(Workspace::wrap(state, id.to_string(), dir, lock))
+    }
+
+    /// IDs of the Workspaces under `scratch_root`.
+    pub fn list(scratch_root: &Path) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let rd = match std::fs::read_dir(scratch_root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(WsError::io("list", scratch_root)(e)),
+        };
+        for e in rd.flatten() {
+            if e.path().join(JOURNAL).exists() {
+                if let Some(s) = e.file_name().to_str() {
+                    out.push(s.to_string());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn wrap(state: State, id: String, dir: PathBuf, lock: File) -> Workspace {
+        Workspace {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                id,
+                dir,
+                mounted: AtomicBool::new(false),
+                _lock: lock,
+            }),
+        }
+    }
+
+    fn st(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn id(&self) -> &str {
+        &self.shared.id
+    }
+
+    /// The scratch directory (journal, upper layer).
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The commit the Workspace currently shows changes against.
+    pub fn base(&self) -> ObjectId {
+        self.st().base
+    }
+
+    pub fn branch(&self) -> BranchRef {
+        self.st().branch.clone()
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        self.shared.mounted.load(Ordering::SeqCst)
+    }
+
+    /// Added / modified / deleted / type-changed paths relative to the base,
+    /// sorted by path. Reads no unchanged file contents.
+    pub fn status(&self) -> Result<Vec<Change>> {
+        self.st().status()
+    }
+
+    /// Publish the changes as a commit on the branch (compare-and-swap on
+    /// the head) and continue from it; open files keep working. With no
+    /// changes returns `UpToDate` and writes nothing. If the branch moved,
+    /// returns `WsError::Conflict` and changes nothing.
+    pub fn commit(&self, message: &str) -> Result<CommitOutcome> {
+        self.st().commit(message)
+    }
+
+    /// Drop all uncommitted changes and the Workspace itself (scratch
+    /// directory and base pin). Refused while mounted.
+    pub fn discard(self) -> Result<()> {
+        if self.is_mounted() {
+            return Err(WsError::Mounted {
+                id: self.shared.id.clone(),
+            });
+        }
+        let store = self.st().store.clone();
+        store
+            .unpin(&format!("workspace:{}", self.shared.id))
+            .map_err(WsError::store("unpin the base"))?;
+        let dir = self.shared.dir.clone();
+        drop(self);
+        std::fs::remove_dir_all(&dir).map_err(WsError::io("remove the workspace directory", &dir))
+    }
+
+    fn claim_mount(&self) -> Result<()> {
+        if self.shared.mounted.swap(true, Ordering::SeqCst) {
+            return Err(WsError::Mounted {
+                id: self.shared.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn fs(&self, opts: &MountOptions) -> WsFs {
+        self.st().ids = opts.id_mapping;
+        WsFs {
+            shared: self.shared.clone(),
+            want_passthrough: opts.passthrough,
+        }
+    }
+
+    fn config(&self, opts: &MountOptions, acl: SessionACL) -> Config {
+        let mut c = Config::default();
+        c.mount_options = vec![
+            MountOption::FSName(opts.fsname.clone()),
+            MountOption::Subtype("strata".into()),
+            MountOption::RW,
+        ];
+        if opts.effective_default_permissions() {
+            c.mount_options.push(MountOption::DefaultPermissions);
+        }
+        c.acl = acl;
+        c.n_threads = Some(opts.threads.max(1));
+        c.clone_fd = opts.threads > 1;
+        c
+    }
+
+    /// Mount at `mountpoint` (must be an existing empty directory outside
+    /// the Store) and serve in background threads until the handle is
+    /// unmounted or dropped. Needs root (or CAP_SYS_ADMIN) for mount(2).
+    pub fn mount(&self, mountpoint: &Path, opts: &MountOptions) -> Result<MountHandle> {
+        self.check_mountpoint(mountpoint)?;
+        self.claim_mount()?;
+        let acl = if opts.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        let cfg = self.config(opts, acl);
+        let session = Session::new(self.fs(opts), mountpoint, &cfg)
+            .and_then(|s| s.spawn())
+            .map_err(|e| {
+                self.shared.mounted.store(false, Ordering::SeqCst);
+                WsError::Mountpoint {
+                    path: mountpoint.to_path_buf(),
+                    reason: format!("mount failed: {e}"),
+                }
+            })?;
+        Ok(MountHandle {
+            session: Some(session),
+            mountpoint: Some(mountpoint.to_path_buf()),
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Serve on an already-mounted /dev/fuse `fd` (rootless mode: a helper
+    /// mounted it inside a user namespace and passed it over SCM_RIGHTS).
+    /// Use `IdMapping::SingleUser` there; `default_permissions` stays off.
+    /// The session ends when the mount disappears (the namespace's last
+    /// process exits); [`MountHandle::join`] waits for that.
+    pub fn serve_fd(&self, fd: OwnedFd, opts: &MountOptions) -> Result<MountHandle> {
+        self.claim_mount()?;
+        // Requests carry ids of the mount's namespace (0), not our euid:
+        // fuser's owner filter would refuse them all, so accept every uid;
+        // the namespace itself confines who can reach the mount.
+        let cfg = self.config(opts, SessionACL::All);
+        let session = Session::from_fd(self.fs(opts), fd, SessionACL::All, cfg)
+            .and_then(|s| s.spawn())
+            .map_err(|e| {
+                self.shared.mounted.store(false, Ordering::SeqCst);
+                WsError::Invalid(format!("serve the FUSE fd: {e}"))
+            })?;
+        Ok(MountHandle {
+            session: Some(session),
+            mountpoint: None,
+            shared: self.shared.clone(),
+        })
+    }
+
+    fn check_mountpoint(&self, mp: &Path) -> Result<()> {
+        let bad = |reason: String| WsError::Mountpoint {
+            path: mp.to_path_buf(),
+            reason,
+        };
+        let meta = std::fs::metadata(mp).map_err(|e| bad(format!("{e}")))?;
+        if !meta.is_dir() {
+            return Err(bad("not a directory".into()));
+        }
+        let mut rd = std::fs::read_dir(mp).map_err(|e| bad(format!("{e}")))?;
+        if rd.next().is_some() {
+            return Err(bad("directory is not empty".into()));
+        }
+        let canon = mp.canonicalize().map_err(|e| bad(format!("{e}")))?;
+        let store_dir = self.st().store.dir().to_path_buf();
+        for (what, dir) in [
+            ("the Store", store_dir),
+            ("the workspace scratch directory", self.shared.dir.clone()),
+        ] {
+            if let Ok(d) = dir.canonicalize() {
+                if canon.starts_with(&d) {
+                    return Err(bad(format!("it is inside {what} ({})", d.display())));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn new_state(
+    store: &Store,
+    id: &str,
+    branch: BranchRef,
+    base: ObjectId,
+    dir: &Path,
+    opts: &WorkspaceOptions,
+    journal: Journal,
+) -> Result<State> {
+    let cache_dir = opts
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| dir.parent().unwrap_or(dir).join("cache"));
+    Ok(State {
+        store: store.clone(),
+        id: id.to_string(),
+        branch,
+        base,
+        nodes: HashMap::new(),
+        next_ino: ROOT + 1,
+        groups: HashMap::new(),
+        upper_dir: dir.join(UPPER),
+        cache: ContentCache::new(cache_dir)?,
+        journal,
+        handles: HashMap::new(),
+        next_fh: 1,
+        ids: Default::default(),
+        passthrough: false,
+    })
+}
+
+/// A live FUSE session of a Workspace. Dropping it unmounts (lazily if the
+/// mount is busy).
+pub struct MountHandle {
+    session: Option<BackgroundSession>,
+    mountpoint: Option<PathBuf>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for MountHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MountHandle")
+            .field("mountpoint", &self.mountpoint)
+            .finish()
+    }
+}
+
+impl MountHandle {
+    pub fn mountpoint(&self) -> Option<&Path> {
+        self.mountpoint.as_deref()
+    }
+
+    /// Unmount and wait for the session threads. Fails with EBUSY (and
+    /// keeps serving) while something still uses the mount.
+    pub fn unmount(mut self) -> Result<()> {
+        if let Some(mp) = &self.mountpoint {
+            rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty())
+                .map_err(|e| WsError::io("unmount", mp.clone())(e.into()))?;
+        }
+        self.join_inner()
+    }
+
+    /// Wait until the kernel ends the session (the mount went away).
+    pub fn join(mut self) -> Result<()> {
+        self.join_inner()
+    }
+
+    fn join_inner(&mut self) -> Result<()> {
+        let r = match self.session.take() {
+            Some(s) => s
+                .join()
+                .map_err(|e| WsError::Invalid(format!("FUSE session ended with an error: {e}"))),
+            None => Ok(()),
+        };
+        self.shared.mounted.store(false, Ordering::SeqCst);
+        r
+    }
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if self.session.is_none() {
+            return;
+        }
+        if let Some(mp) = &self.mountpoint {
+            if rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()).is_err() {
+                // Busy: detach now, the kernel finishes when the last user
+                // goes (umount2(2) MNT_DETACH).
+                let _ = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH);
+                self.session.take();
+                self.shared.mounted.store(false, Ordering::SeqCst);
+                return;
+            }
+        }
+        let _ = self.join_inner();
+    }
+}
