@@ -234,8 +234,14 @@ impl SandboxCommand {
             Some(p) => p,
             None => std::env::current_exe().map_err(|source| SpawnError::CurrentExe { source })?,
         };
+        // pid + counter + clock: unique within this process and very
+        // unlikely to meet a stale directory of an earlier process.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
         let report_dir = std::env::temp_dir().join(format!(
-            "strata-sandbox-{}-{}",
+            "strata-sandbox-{}-{}-{nanos:08x}",
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));

@@ -245,3 +245,45 @@ fn two_sandboxes_run_side_by_side() {
     assert_eq!(b.wait().expect("b"), Outcome::Exited(42));
     assert_eq!(a.wait().expect("a"), Outcome::Exited(0));
 }
+
+/// Host pids whose command line contains `needle`.
+fn host_pids_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn killing_the_monitor_takes_the_whole_sandbox_down() {
+    require_root();
+    let needle = format!("{}", 900_000 + std::process::id() % 90_000);
+    let mut child = SandboxCommand::new(SandboxConfig::default(), probe(&["sleep", &needle]))
+        .init_exe(PROBE)
+        .spawn()
+        .expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while host_pids_with(&needle).len() < 3 {
+        assert!(Instant::now() < deadline, "sandbox did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.child_mut().kill().expect("SIGKILL the monitor");
+    assert!(matches!(child.wait(), Err(RunError::NoReport { .. })));
+    // PID 1 dies of PR_SET_PDEATHSIG, and with it the whole PID namespace.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    loop {
+        let left = host_pids_with(&needle);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "processes left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
