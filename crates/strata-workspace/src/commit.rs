@@ -113,7 +113,40 @@ impl State {
         })
     }
 
+    /// Writes through passthrough and shared mmap reach the upper file
+    /// without passing through the daemon: find upper files whose size or
+    /// mtime moved and mark their directories for the walk below. Costs one
+    /// stat per upper file (files changed in this Workspace), not per file
+    /// of the namespace.
+    fn refresh_dirty(&mut self) -> Result<()> {
+        let uppers: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| matches!(&n.data, Data::Upper(u) if !u.written) && !n.links.is_empty())
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in uppers {
+            let clean_parents = self
+                .node(ino)
+                .map(|n| {
+                    n.links.iter().any(|l| {
+                        self.node(l.0)
+                            .ok()
+                            .and_then(|p| p.dir())
+                            .is_some_and(|d| !d.dirty)
+                    })
+                })
+                .unwrap_or(false);
+            if clean_parents && self.upper_changed(ino)? {
+                self.tx(|s| s.changed(ino))
+                    .map_err(errno_err("journal a changed file"))?;
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn status(&mut self) -> Result<Vec<Change>> {
+        self.refresh_dirty()?;
         let mut out = Vec::new();
         let base_tree = self
             .store
