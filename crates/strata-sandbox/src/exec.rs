@@ -88,6 +88,25 @@ impl Identity {
     }
 }
 
+/// Process group and session of a command (see credentials(7)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Session {
+    /// Stay in the parent's process group and session.
+    #[default]
+    Inherit,
+    /// Own process group (`setpgid(0, 0)`), so that a cancel can signal the
+    /// command and everything it started with one `kill(-pgid, sig)`.
+    NewProcessGroup,
+    /// Own session and process group (`setsid`), no controlling terminal.
+    NewSession,
+    /// Own session with stdin (a pty slave) as controlling terminal
+    /// (`setsid` + `ioctl(0, TIOCSCTTY, 0)`): PTY mode for interactive
+    /// programs. This is why PTY mode needs the single-threaded helper: a
+    /// multi-threaded daemon cannot do it in `pre_exec`.
+    NewSessionWithTty,
+}
+
 /// What to run. Plain data: validated by [`ExecSpec::prepare`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecSpec {
@@ -100,6 +119,7 @@ pub struct ExecSpec {
     pub cwd: PathBuf,
     pub identity: Identity,
     pub rlimits: Vec<Rlimit>,
+    pub session: Session,
 }
 
 /// Bad input in an [`ExecSpec`]; refused before anything is forked.
@@ -135,6 +155,7 @@ pub struct PreparedExec {
     cwd_path: PathBuf,
     identity: Identity,
     rlimits: Vec<Rlimit>,
+    session: Session,
 }
 
 impl ExecSpec {
@@ -198,6 +219,7 @@ impl ExecSpec {
             cwd_path: self.cwd.clone(),
             identity: self.identity,
             rlimits: self.rlimits.clone(),
+            session: self.session,
         })
     }
 }
@@ -231,6 +253,11 @@ pub enum ExecError {
     SignalMask { source: io::Error },
     #[error("exec: marking inherited file descriptors close-on-exec (close_range): {source}")]
     CloseFds { source: io::Error },
+    #[error("exec: {what}: {source}")]
+    Session {
+        what: &'static str,
+        source: io::Error,
+    },
     #[error("exec: hiding /dev/fuse from the command: {step}: {source}")]
     HideDevFuse {
         step: &'static str,
@@ -274,6 +301,7 @@ impl ExecError {
             SignalMask { source }
             | CloseFds { source }
             | HideDevFuse { source, .. }
+            | Session { source, .. }
             | KeepCaps { source }
             | ClearAmbient { source }
             | DropBoundingCap { source, .. }
@@ -324,6 +352,9 @@ fn drop_privileges_and_exec_inner(
 
     // 1.-2. Signals and inherited file descriptors, see reset_inherited_state.
     reset_inherited_state()?;
+
+    // 2a. Session / process group, see Session.
+    apply_session(p.session)?;
 
     // 2b. /dev/fuse: the daemon's view may have it (SandboxConfig::dev_fuse)
     //     to serve Workspaces; a command must not (no FUSE mounts of its
@@ -470,6 +501,31 @@ fn reset_inherited_state() -> Result<(), ExecError> {
     Ok(())
 }
 
+fn apply_session(session: Session) -> Result<(), ExecError> {
+    let err = |what: &'static str| {
+        move |e: rustix::io::Errno| ExecError::Session {
+            what,
+            source: e.into(),
+        }
+    };
+    match session {
+        Session::Inherit => Ok(()),
+        Session::NewProcessGroup => {
+            rustix::process::setpgid(None, None).map_err(err("setpgid(0, 0)"))
+        }
+        Session::NewSession => rustix::process::setsid()
+            .map(drop)
+            .map_err(err("setsid (fails if already a process group leader)")),
+        Session::NewSessionWithTty => {
+            rustix::process::setsid()
+                .map_err(err("setsid (fails if already a process group leader)"))?;
+            rustix::process::ioctl_tiocsctty(std::io::stdin()).map_err(err(
+                "ioctl(stdin, TIOCSCTTY): stdin must be a terminal (pty slave)",
+            ))
+        }
+    }
+}
+
 /// The device a command must never have.
 pub const DEV_FUSE: &str = "/dev/fuse";
 
@@ -571,7 +627,7 @@ fn execve_search(p: &PreparedExec) -> ExecError {
 /// with CAP_SYS_ADMIN"), never for a command. Signals, inherited fds,
 /// rlimits and cwd are handled as for a command.
 pub fn exec_privileged(p: &PreparedExec) -> ExecError {
-    if let Err(e) = reset_inherited_state() {
+    if let Err(e) = reset_inherited_state().and_then(|()| apply_session(p.session)) {
         return e;
     }
     for r in &p.rlimits {
@@ -672,6 +728,7 @@ mod tests {
             cwd: "/".into(),
             identity: Identity::default(),
             rlimits: vec![],
+            session: Session::Inherit,
         }
     }
 

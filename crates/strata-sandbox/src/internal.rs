@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::exec::{ExecSpec, Failure, Identity};
+use crate::exec::{ExecSpec, Failure, Identity, Session};
 use crate::ns::{RunAs, SandboxConfig, SANDBOX_FAILURE_EXIT};
 use crate::rlimit::Rlimit;
 use crate::seccomp::Policy;
@@ -40,6 +40,8 @@ pub(crate) struct InitWire {
     pub run_as: RunAs,
     pub cwd: PathBuf,
     pub rlimits: Vec<Rlimit>,
+    #[serde(default)]
+    pub session: Session,
     pub report: PathBuf,
 }
 
@@ -47,6 +49,8 @@ pub(crate) struct InitWire {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ExecWire {
     identity: Identity,
+    #[serde(default)]
+    session: Session,
     cwd: PathBuf,
     rlimits: Vec<Rlimit>,
     /// Where to write a [`Failure`] if the helper fails before execve.
@@ -167,6 +171,7 @@ fn run_init(args: &[OsString]) -> i32 {
         cwd: wire.cwd.clone(),
         identity,
         rlimits: wire.rlimits.clone(),
+        session: wire.session,
     };
     let prepared = match spec.prepare() {
         Ok(p) => p,
@@ -210,6 +215,7 @@ fn run_exec_helper(args: &[OsString]) -> i32 {
         cwd: wire.cwd.clone(),
         identity: wire.identity,
         rlimits: wire.rlimits.clone(),
+        session: wire.session,
     };
     let prepared = match spec.prepare() {
         Ok(p) => p,
@@ -250,6 +256,7 @@ pub fn exec_helper_command(
     spec.prepare()?;
     let wire = ExecWire {
         identity: spec.identity,
+        session: spec.session,
         cwd: spec.cwd.clone(),
         rlimits: spec.rlimits.clone(),
         report: report.map(Path::to_path_buf),

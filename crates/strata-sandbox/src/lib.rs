@@ -31,7 +31,7 @@ pub mod seccomp;
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
 pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
-    PreparedExec, SpecError, DEFAULT_GID, DEFAULT_UID,
+    PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,
 };
 pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
 pub use mounts::{BindMount, MountError, RootFs};

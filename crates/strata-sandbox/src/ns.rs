@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
-use crate::exec::{ExecSpec, Failure, Identity, SpecError};
+use crate::exec::{ExecSpec, Failure, Identity, Session, SpecError};
 use crate::internal::{encode_argv, InitWire, INIT_ARG};
 use crate::mounts::{BindMount, RootFs};
 use crate::net::Network;
@@ -155,6 +155,7 @@ pub struct SandboxCommand {
     env: Vec<(OsString, OsString)>,
     cwd: PathBuf,
     rlimits: Vec<Rlimit>,
+    session: Session,
     init_exe: Option<PathBuf>,
     stdio: [Option<Stdio>; 3],
 }
@@ -171,6 +172,7 @@ impl SandboxCommand {
             env: spec.env,
             cwd: spec.cwd,
             rlimits: spec.rlimits,
+            session: spec.session,
             init_exe: None,
             stdio: [None, None, None],
         }
@@ -191,6 +193,7 @@ impl SandboxCommand {
             env,
             cwd,
             rlimits: Vec::new(),
+            session: Session::Inherit,
             init_exe: None,
             stdio: [None, None, None],
         }
@@ -228,6 +231,7 @@ impl SandboxCommand {
             cwd: self.cwd.clone(),
             identity,
             rlimits: self.rlimits.clone(),
+            session: self.session,
         }
         .prepare()?;
         let exe = match self.init_exe {
@@ -260,6 +264,7 @@ impl SandboxCommand {
             run_as: self.run_as,
             cwd: self.cwd,
             rlimits: self.rlimits,
+            session: self.session,
             report: report.clone(),
         };
         let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;

@@ -58,35 +58,36 @@ fn main() -> ExitCode {
         // Leave an orphan behind (re-parented to PID 1), wait for it to end,
         // then look for zombies in the whole PID namespace.
         "orphan-zombies" => {
-            let st = std::process::Command::new("/bin/sh")
-                .args(["-c", "sleep 0.2 & exit 0"])
-                .status();
-            if !matches!(st, Ok(s) if s.success()) {
-                println!("sh failed: {st:?}");
-                return ExitCode::from(2);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(800));
-            let mut zombies = Vec::new();
-            let mut procs = 0;
-            for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.bytes().all(|b| b.is_ascii_digit()) {
-                    continue;
+            // The shell prints the background job's pid and exits at once,
+            // so `sleep` is re-parented to PID 1. A zombie stays listed in
+            // /proc until reaped, so the pid vanishing proves the reaping.
+            let out = std::process::Command::new("/bin/sh")
+                .args(["-c", "sleep 0.2 >/dev/null & echo $!"])
+                .output();
+            let pid: u32 = match out
+                .ok()
+                .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            {
+                Some(p) => p,
+                None => {
+                    println!("could not start the orphan");
+                    return ExitCode::from(2);
                 }
-                procs += 1;
-                let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-                // state is the field after the ")" closing comm (proc(5)).
-                let state = stat
-                    .rsplit_once(')')
-                    .map(|(_, r)| r.trim_start())
-                    .unwrap_or("");
-                if state.starts_with('Z') {
-                    zombies.push(stat.clone());
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let stat = format!("/proc/{pid}/stat");
+            loop {
+                match std::fs::read_to_string(&stat) {
+                    Err(_) => {
+                        println!("reaped");
+                        break;
+                    }
+                    Ok(s) if std::time::Instant::now() > deadline => {
+                        println!("not reaped: {s}");
+                        break;
+                    }
+                    Ok(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
                 }
-            }
-            println!("procs={procs} zombies={}", zombies.len());
-            for z in zombies {
-                println!("zombie: {z}");
             }
             ExitCode::SUCCESS
         }
@@ -283,6 +284,7 @@ fn main() -> ExitCode {
                 cwd: "/".into(),
                 identity: strata_sandbox::Identity::default(),
                 rlimits: vec![],
+                session: Default::default(),
             };
             let report = std::env::temp_dir().join(format!("helper-report-{}", std::process::id()));
             let exe = match std::env::current_exe() {
@@ -312,20 +314,28 @@ fn main() -> ExitCode {
         // after a pause and must see the marker (mount propagation into the
         // command's own mount namespace).
         "propagation" => {
+            // The command says "started" (it is then in its own mount
+            // namespace: the helper creates it before execve), waits for
+            // the marker for up to 5 s and lists /srv.
+            let script = "echo started; i=0; \
+                while [ ! -e /srv/marker ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; \
+                ls /srv";
             let spec = strata_sandbox::ExecSpec {
-                argv: ["/bin/sh", "-c", "sleep 0.5; ls /srv"]
-                    .iter()
-                    .map(Into::into)
-                    .collect(),
+                argv: ["/bin/sh", "-c", script].iter().map(Into::into).collect(),
                 env: vec![],
                 cwd: "/".into(),
                 identity: strata_sandbox::Identity::default(),
                 rlimits: vec![],
+                session: Default::default(),
             };
             let exe = std::env::current_exe().unwrap_or_default();
             let child = strata_sandbox::exec_helper_command(&exe, &spec, None)
                 .map_err(|e| e.to_string())
-                .and_then(|mut c| c.spawn().map_err(|e| e.to_string()));
+                .and_then(|mut c| {
+                    c.stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .map_err(|e| e.to_string())
+                });
             let mut child = match child {
                 Ok(c) => c,
                 Err(e) => {
@@ -333,7 +343,15 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            std::thread::sleep(std::time::Duration::from_millis(150));
+            let Some(stdout) = child.stdout.take() else {
+                return ExitCode::from(2);
+            };
+            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+            let first = lines.next();
+            if !matches!(&first, Some(Ok(l)) if l == "started") {
+                println!("command did not start: {first:?}");
+                return ExitCode::from(2);
+            }
             let mounted = rustix::mount::mount(
                 "tmpfs",
                 "/srv",
@@ -345,8 +363,37 @@ fn main() -> ExitCode {
                 println!("mount: {e}");
             }
             let _ = std::fs::write("/srv/marker", b"x");
+            for l in lines.map_while(Result::ok) {
+                println!("{l}");
+            }
             let st = child.wait();
             println!("child: {st:?}");
+            ExitCode::SUCCESS
+        }
+        // pid, process group and session ids.
+        "ids" => {
+            // SAFETY: getpid/getpgrp/getsid(0) have no preconditions.
+            let (pid, pgid, sid) = unsafe { (libc::getpid(), libc::getpgrp(), libc::getsid(0)) };
+            println!("pid={pid} pgid={pgid} sid={sid}");
+            ExitCode::SUCCESS
+        }
+        // Is stdin a terminal, and is it our controlling terminal?
+        "tty" => {
+            // SAFETY: isatty/tcgetsid/getsid take an fd or 0 only.
+            let (isatty, ctty) = unsafe {
+                let isatty = libc::isatty(0) == 1;
+                let tsid = libc::tcgetsid(0);
+                (isatty, tsid > 0 && tsid == libc::getsid(0))
+            };
+            let dev_tty = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/tty")
+                .is_ok();
+            println!(
+                "isatty={} ctty={} dev_tty={}",
+                isatty as u8, ctty as u8, dev_tty as u8
+            );
             ExitCode::SUCCESS
         }
         other => {

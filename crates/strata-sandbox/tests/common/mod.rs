@@ -40,6 +40,7 @@ pub fn spec(argv: &[&str]) -> ExecSpec {
         cwd: "/".into(),
         identity: Identity::default(),
         rlimits: vec![],
+        session: Default::default(),
     }
 }
 
