@@ -175,6 +175,17 @@ impl Cgroup {
     /// Create `name` below this process's cgroup and apply `limits`.
     /// Only the controllers a limit needs are used.
     pub fn create(name: &str, limits: &Limits) -> Result<Cgroup, CgroupError> {
+        Self::create_in(&detect()?, &self_paths()?, name, limits)
+    }
+
+    /// [`Cgroup::create`] with the hierarchy and this process's cgroup
+    /// paths given (unit tests run it against a plain directory tree).
+    fn create_in(
+        hierarchy: &Hierarchy,
+        selfs: &[(String, String)],
+        name: &str,
+        limits: &Limits,
+    ) -> Result<Cgroup, CgroupError> {
         check_name(name)?;
         let mut wanted: Vec<&'static str> = Vec::new();
         if limits.memory_bytes.is_some() {
@@ -186,9 +197,8 @@ impl Cgroup {
         if limits.cpu_millis.is_some() {
             wanted.push("cpu");
         }
-        let selfs = self_paths()?;
         let cg =
-            match detect()? {
+            match hierarchy {
                 Hierarchy::V2 { root } => {
                     let own = selfs.iter().find(|(c, _)| c.is_empty()).ok_or(
                         CgroupError::NoSelfEntry {
@@ -213,7 +223,7 @@ impl Cgroup {
                 }
                 Hierarchy::V1 { mounts } => {
                     let mut dirs = Vec::new();
-                    for c in &wanted {
+                    for c in wanted.iter().copied() {
                         let mount = mounts
                             .iter()
                             .find(|(m, _)| m == c)
@@ -357,6 +367,97 @@ mod tests {
         assert!(m.contains(&("cpu".into(), "/sys/fs/cgroup/cpu,cpuacct".into())));
         assert!(m.contains(&("cpuacct".into(), "/sys/fs/cgroup/cpu,cpuacct".into())));
         assert_eq!(m.len(), 3);
+    }
+
+    fn read(p: &Path) -> String {
+        fs::read_to_string(p).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn v2_files_on_a_plain_tree() {
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("user/app")).unwrap();
+        let h = Hierarchy::V2 {
+            root: root.path().into(),
+        };
+        let selfs = vec![(String::new(), "/user/app".to_string())];
+        let limits = Limits {
+            memory_bytes: Some(1 << 30),
+            pids: Some(64),
+            cpu_millis: Some(1500),
+        };
+        let cg = Cgroup::create_in(&h, &selfs, "sb", &limits).unwrap();
+        let parent = root.path().join("user/app");
+        assert_eq!(
+            read(&parent.join("cgroup.subtree_control")),
+            "+memory +pids +cpu"
+        );
+        assert_eq!(
+            read(&parent.join("sb/memory.max")),
+            (1u64 << 30).to_string()
+        );
+        assert_eq!(read(&parent.join("sb/pids.max")), "64");
+        assert_eq!(read(&parent.join("sb/cpu.max")), "150000 100000");
+        assert_eq!(cg.paths(), vec![parent.join("sb")]);
+    }
+
+    #[test]
+    fn v1_files_on_a_plain_tree() {
+        let root = tempfile::tempdir().unwrap();
+        let m = |c: &str| root.path().join(c);
+        for c in ["memory", "pids", "cpu"] {
+            fs::create_dir_all(m(c).join("x")).unwrap();
+        }
+        let h = Hierarchy::V1 {
+            mounts: vec![
+                ("memory".into(), m("memory")),
+                ("pids".into(), m("pids")),
+                ("cpu".into(), m("cpu")),
+            ],
+        };
+        let selfs: Vec<(String, String)> = ["memory", "pids", "cpu"]
+            .iter()
+            .map(|c| (c.to_string(), "/x".to_string()))
+            .collect();
+        let limits = Limits {
+            memory_bytes: Some(4096),
+            pids: Some(7),
+            cpu_millis: Some(1),
+        };
+        let cg = Cgroup::create_in(&h, &selfs, "sb", &limits).unwrap();
+        assert_eq!(
+            read(&m("memory").join("x/sb/memory.limit_in_bytes")),
+            "4096"
+        );
+        assert_eq!(read(&m("pids").join("x/sb/pids.max")), "7");
+        // 1/1000 CPU is below the kernel's 1 ms minimum quota: clamped.
+        assert_eq!(read(&m("cpu").join("x/sb/cpu.cfs_quota_us")), "1000");
+        assert_eq!(read(&m("cpu").join("x/sb/cpu.cfs_period_us")), "100000");
+        assert_eq!(cg.paths().len(), 3);
+        // Only the controllers a limit needs are used.
+        let cg = Cgroup::create_in(
+            &h,
+            &selfs,
+            "sb2",
+            &Limits {
+                pids: Some(3),
+                ..Limits::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(cg.paths(), vec![m("pids").join("x/sb2")]);
+        // A missing controller is an error naming it.
+        let h = Hierarchy::V1 { mounts: vec![] };
+        let e = Cgroup::create_in(&h, &selfs, "sb3", &limits).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CgroupError::NoController {
+                    controller: "memory"
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]
