@@ -317,13 +317,7 @@ fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
             &e,
         ));
     }
-    crate::mounts::build_view(
-        &wire.config.root,
-        &wire.config.binds,
-        wire.config.tmp_size_bytes,
-        wire.config.dev_fuse,
-    )
-    .map_err(|e| Failure {
+    crate::mounts::build_view(&wire.config).map_err(|e| Failure {
         stage: "mount".into(),
         message: e.to_string(),
         errno: match &e {

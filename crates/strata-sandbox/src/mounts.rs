@@ -72,7 +72,7 @@ pub enum MountError {
     },
     #[error("mount: rootfs {path} is not a directory (or cannot be opened)")]
     NoRootfs { path: PathBuf },
-    #[error("mount: bind target {target} must be an absolute path without '..' that exists in the new root")]
+    #[error("mount: {target} must be an absolute path without '..' that exists in the new root and does not lead out of it through a symlink")]
     BadTarget { target: PathBuf },
 }
 
@@ -233,6 +233,74 @@ fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
+/// Paths hidden in every Sandbox (as runc and Docker do): kernel memory,
+/// the keyring list, timer and scheduler internals that leak host
+/// activity, and firmware tables. Missing ones are skipped.
+pub const DEFAULT_MASKED: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+
+/// Paths hidden when the view is the host's own root: /run holds the
+/// host's Unix sockets (D-Bus, databases, container engines), and a
+/// read-only mount does not stop `connect(2)` on a socket file (only
+/// regular files, directories and symlinks get EROFS), so the sockets
+/// themselves must be out of sight.
+pub const HOST_ROOT_MASKED: &[&str] = &["/run"];
+
+/// `p` (absolute, inside the Sandbox) resolved under `root`, or `None` if it
+/// does not exist. Symlinks are followed by canonicalize, so the result is
+/// checked to still be under `root`: a link to an absolute path would
+/// otherwise lead out to the host tree.
+fn inside(root: &Path, p: &Path) -> Result<Option<PathBuf>, MountError> {
+    if !crate::exec::is_clean_absolute(p) {
+        return Err(MountError::BadTarget { target: p.into() });
+    }
+    let joined = under(root, &p.to_string_lossy());
+    match fs::canonicalize(&joined) {
+        Ok(real) if real.starts_with(root) => Ok(Some(real)),
+        Ok(_) => Err(MountError::BadTarget { target: p.into() }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(MountError::Step {
+            step: "resolve path in the new root",
+            path: joined,
+            source: e,
+        }),
+    }
+}
+
+fn mask(target: &Path) -> Result<(), MountError> {
+    let meta = step("stat mask target", target, fs::metadata(target))?;
+    if meta.is_dir() {
+        mount(
+            "tmpfs",
+            target,
+            "tmpfs",
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            "mode=0755,size=4096",
+            "mask directory with an empty tmpfs",
+        )
+    } else {
+        bind(
+            Path::new("/dev/null"),
+            target,
+            false,
+            "mask file with /dev/null",
+        )?;
+        remount_ro(
+            target,
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            "remount file mask read-only",
+        )
+    }
+}
+
 /// Where a /dev tmpfs gets its nodes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DevSource {
@@ -325,12 +393,9 @@ fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountE
 /// Build the view and pivot into it. Must run in a fresh mount namespace
 /// (CLONE_NEWNS) as real root, and in the Sandbox's PID and network
 /// namespaces so that /proc and /sys describe them.
-pub fn build_view(
-    root: &RootFs,
-    binds: &[BindMount],
-    tmp_size_bytes: Option<u64>,
-    dev_fuse: bool,
-) -> Result<(), MountError> {
+pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
+    let (root, binds) = (&cfg.root, &cfg.binds);
+    let (tmp_size_bytes, dev_fuse) = (cfg.tmp_size_bytes, cfg.dev_fuse);
     // 1. Private propagation for everything, recursively. Without it, the
     //    mounts below would propagate back into the host's shared mounts
     //    (systemd makes / shared) and host mounts would appear inside.
@@ -463,18 +528,27 @@ pub fn build_view(
     // 5. Extra binds (Workspace mounts and the like), after the read-only
     //    step so that a writable bind stays writable.
     for (b, fd) in binds.iter().zip(&bind_fds) {
-        let t = &b.target;
-        if !crate::exec::is_clean_absolute(t) {
-            return Err(MountError::BadTarget { target: t.clone() });
-        }
-        let target = under(&new_root, &t.to_string_lossy());
-        if !target.exists() {
-            return Err(MountError::BadTarget { target: t.clone() });
-        }
+        let target = inside(&new_root, &b.target)?.ok_or_else(|| MountError::BadTarget {
+            target: b.target.clone(),
+        })?;
         bind(&fd_path(fd), &target, true, "bind mount into the Sandbox")?;
         if b.readonly {
             make_tree_readonly(&target)?;
         }
+    }
+
+    // 5b. Masks, last, so that nothing mounted above can uncover them: an
+    //     empty read-only tmpfs over a directory, /dev/null over a file.
+    let host_masks: &[&str] = match root {
+        RootFs::HostReadOnly => HOST_ROOT_MASKED,
+        RootFs::Dir { .. } => &[],
+    };
+    let defaults = DEFAULT_MASKED.iter().chain(host_masks).map(PathBuf::from);
+    for p in defaults.chain(cfg.masked_paths.iter().cloned()) {
+        let Some(target) = inside(&new_root, &p)? else {
+            continue;
+        };
+        mask(&target)?;
     }
 
     // 6. pivot_root(".", ".") then detach the old root stacked on top of

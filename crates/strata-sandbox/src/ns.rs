@@ -62,6 +62,13 @@ pub struct SandboxConfig {
     /// of their own (`exec::hide_dev_fuse`).
     #[serde(default)]
     pub dev_fuse: bool,
+    /// Paths inside the Sandbox to hide (empty read-only tmpfs over a
+    /// directory, /dev/null over a file), on top of
+    /// `mounts::DEFAULT_MASKED` and, for the host root,
+    /// `mounts::HOST_ROOT_MASKED`. The Store's directory belongs here when
+    /// the view is the host root. Missing paths are skipped.
+    #[serde(default)]
+    pub masked_paths: Vec<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -75,6 +82,7 @@ impl Default for SandboxConfig {
             tmp_size_bytes: None,
             binds: Vec::new(),
             dev_fuse: false,
+            masked_paths: Vec::new(),
         }
     }
 }

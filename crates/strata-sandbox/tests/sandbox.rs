@@ -287,3 +287,90 @@ fn killing_the_monitor_takes_the_whole_sandbox_down() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn masked_paths_are_hidden() {
+    require_root();
+    // A stand-in for the Store: a host directory commands could otherwise read.
+    let store = tempfile::tempdir().expect("tempdir");
+    std::fs::write(store.path().join("secret"), b"s3cret").expect("write");
+    std::fs::set_permissions(
+        store.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    std::fs::set_permissions(
+        store.path().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .expect("chmod");
+    // The host's /tmp (where the tempdir lives) is replaced in the Sandbox,
+    // so bind the directory in at /srv and mask /srv: the mask must win.
+    let cfg = SandboxConfig {
+        binds: vec![strata_sandbox::BindMount {
+            source: store.path().into(),
+            target: "/srv".into(),
+            readonly: true,
+        }],
+        masked_paths: vec![
+            "/srv".into(),
+            "/etc/hostname".into(),
+            "/no/such/path".into(),
+        ],
+        ..SandboxConfig::default()
+    };
+    let (o, out, err) = run_in(cfg.clone(), probe(&["ls", "/srv"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    assert_eq!(out, "", "masked directory is not empty");
+    let (o, out, _) = run_in(cfg, probe(&["cat", "/etc/hostname"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, "", "masked file is not empty");
+    // Without the mask the bind shows the file (the test is meaningful).
+    let cfg = SandboxConfig {
+        binds: vec![strata_sandbox::BindMount {
+            source: store.path().into(),
+            target: "/srv".into(),
+            readonly: true,
+        }],
+        ..SandboxConfig::default()
+    };
+    let (_, out, _) = run_in(cfg, probe(&["cat", "/srv/secret"]));
+    assert_eq!(out, "s3cret");
+}
+
+#[test]
+fn host_run_and_proc_internals_are_masked() {
+    let (o, out, _) = run(probe(&["ls", "/run"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, "", "host /run (its sockets) visible: {out}");
+    let (o, out, _) = run(probe(&["cat", "/proc/keys"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out, "");
+}
+
+#[test]
+fn a_symlink_out_of_the_root_is_refused_as_a_mask() {
+    require_root();
+    let root = tempfile::tempdir().expect("tempdir");
+    std::os::unix::fs::symlink("/etc", root.path().join("escape")).expect("symlink");
+    for d in ["tmp", "proc", "sys", "dev"] {
+        std::fs::create_dir(root.path().join(d)).expect("mkdir");
+    }
+    let cfg = SandboxConfig {
+        root: strata_sandbox::RootFs::Dir {
+            path: root.path().into(),
+            readonly: true,
+        },
+        masked_paths: vec!["/escape".into()],
+        ..SandboxConfig::default()
+    };
+    let child = SandboxCommand::new(cfg, spec(&["/probe"]))
+        .init_exe(PROBE)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    match child.wait() {
+        Err(RunError::Sandbox(f)) => assert_eq!(f.stage, "mount", "{f:?}"),
+        other => panic!("expected a mount failure, got {other:?}"),
+    }
+}
