@@ -147,6 +147,8 @@ pub enum RunError {
     Sandbox(Failure),
     #[error("sandbox init ended with {status} and left no report at {path} (was {INIT_ARG} handled by maybe_run_internal() in the init binary's main?)")]
     NoReport { status: ExitStatus, path: PathBuf },
+    #[error("sandbox: reading report {path}: {source}")]
+    ReadReport { path: PathBuf, source: io::Error },
     #[error("sandbox: unreadable report {path}: {source}")]
     BadReport {
         path: PathBuf,
@@ -165,6 +167,8 @@ pub struct SandboxCommand {
     rlimits: Vec<Rlimit>,
     session: Session,
     init_exe: Option<PathBuf>,
+    report_path: Option<PathBuf>,
+    process_group: Option<i32>,
     stdio: [Option<Stdio>; 3],
 }
 
@@ -182,6 +186,8 @@ impl SandboxCommand {
             rlimits: spec.rlimits,
             session: spec.session,
             init_exe: None,
+            report_path: None,
+            process_group: None,
             stdio: [None, None, None],
         }
     }
@@ -203,6 +209,8 @@ impl SandboxCommand {
             rlimits: Vec::new(),
             session: Session::Inherit,
             init_exe: None,
+            report_path: None,
+            process_group: None,
             stdio: [None, None, None],
         }
     }
@@ -213,6 +221,25 @@ impl SandboxCommand {
         self.init_exe = Some(path.into());
         self
     }
+    /// Where the monitor writes its [`Report`] (must not exist yet; its
+    /// directory must). Default: a fresh 0700 directory under the temp dir,
+    /// removed when the [`SandboxChild`] is dropped. A backend whose
+    /// Sandbox outlives the creating process (the daemon, B8 reopen) puts
+    /// it in the Sandbox's state directory and reads it with [`read_report`].
+    pub fn report_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.report_path = Some(path.into());
+        self
+    }
+
+    /// Put the monitor in process group `pgid` (0: a new group of its own),
+    /// e.g. so that a terminal's Ctrl-C does not reach a background Sandbox.
+    /// Passed to `CommandExt::process_group` (posix_spawn attributes, no
+    /// `pre_exec`).
+    pub fn process_group(mut self, pgid: i32) -> Self {
+        self.process_group = Some(pgid);
+        self
+    }
+
     pub fn stdin(mut self, s: Stdio) -> Self {
         self.stdio[0] = Some(s);
         self
@@ -246,27 +273,40 @@ impl SandboxCommand {
             Some(p) => p,
             None => std::env::current_exe().map_err(|source| SpawnError::CurrentExe { source })?,
         };
-        // pid + counter + clock: unique within this process and very
-        // unlikely to meet a stale directory of an earlier process.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let report_dir = std::env::temp_dir().join(format!(
-            "strata-sandbox-{}-{}-{nanos:08x}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        // 0700: the report is only for us; a pre-existing path is an error
-        // (create, not open), so nobody can plant a report.
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&report_dir)
-            .map_err(|source| SpawnError::ReportDir {
-                path: report_dir.clone(),
-                source,
-            })?;
-        let report = report_dir.join("report.json");
+        let (report, owned_dir) = match self.report_path {
+            Some(p) => {
+                if p.exists() {
+                    return Err(SpawnError::ReportDir {
+                        path: p,
+                        source: io::ErrorKind::AlreadyExists.into(),
+                    });
+                }
+                (p, None)
+            }
+            None => {
+                // pid + counter + clock: unique within this process and very
+                // unlikely to meet a stale directory of an earlier process.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.subsec_nanos())
+                    .unwrap_or(0);
+                let dir = std::env::temp_dir().join(format!(
+                    "strata-sandbox-{}-{}-{nanos:08x}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::Relaxed)
+                ));
+                // 0700: the report is only for us; a pre-existing path is an
+                // error (create, not open), so nobody can plant a report.
+                fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&dir)
+                    .map_err(|source| SpawnError::ReportDir {
+                        path: dir.clone(),
+                        source,
+                    })?;
+                (dir.join("report.json"), Some(dir))
+            }
+        };
         let wire = InitWire {
             config: self.config,
             run_as: self.run_as,
@@ -281,6 +321,9 @@ impl SandboxCommand {
         // The init needs no environment; the command's env travels in argv.
         cmd.env_clear();
         let [i, o, e] = self.stdio;
+        if let Some(pgid) = self.process_group {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, pgid);
+        }
         if let Some(s) = i {
             cmd.stdin(s);
         }
@@ -293,13 +336,15 @@ impl SandboxCommand {
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(source) => {
-                let _ = fs::remove_dir_all(&report_dir);
+                if let Some(d) = &owned_dir {
+                    let _ = fs::remove_dir_all(d);
+                }
                 return Err(SpawnError::Start { exe, source });
             }
         };
         Ok(SandboxChild {
             child,
-            report_dir,
+            owned_dir,
             report,
         })
     }
@@ -309,7 +354,8 @@ impl SandboxCommand {
 #[derive(Debug)]
 pub struct SandboxChild {
     child: Child,
-    report_dir: PathBuf,
+    /// The temp directory we created for the report (removed on drop).
+    owned_dir: Option<PathBuf>,
     report: PathBuf,
 }
 
@@ -413,11 +459,26 @@ impl SandboxChild {
 
 impl Drop for SandboxChild {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.report_dir);
+        if let Some(d) = &self.owned_dir {
+            let _ = fs::remove_dir_all(d);
+        }
     }
 }
 
-/// The report path's directory (for tests and debugging).
-pub fn report_dir_of(child: &SandboxChild) -> &Path {
-    &child.report_dir
+/// Read a monitor's report, e.g. of a Sandbox started by another process
+/// (B8). `Ok(None)` while the Sandbox is still running (no report yet).
+pub fn read_report(path: &Path) -> Result<Option<Report>, RunError> {
+    match fs::read(path) {
+        Ok(text) => serde_json::from_slice(&text)
+            .map(Some)
+            .map_err(|source| RunError::BadReport {
+                path: path.into(),
+                source,
+            }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(RunError::ReadReport {
+            path: path.into(),
+            source,
+        }),
+    }
 }

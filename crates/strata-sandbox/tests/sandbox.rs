@@ -374,3 +374,31 @@ fn a_symlink_out_of_the_root_is_refused_as_a_mask() {
         other => panic!("expected a mount failure, got {other:?}"),
     }
 }
+
+#[test]
+fn report_at_a_chosen_path_outlives_the_handle() {
+    require_root();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("report.json");
+    let child = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "7"]))
+        .init_exe(PROBE)
+        .report_path(&path)
+        .process_group(0)
+        .spawn()
+        .expect("spawn");
+    assert_eq!(child.wait().expect("wait"), Outcome::Exited(7));
+    assert_eq!(
+        strata_sandbox::read_report(&path).expect("read"),
+        Some(strata_sandbox::Report::Finished(Outcome::Exited(7)))
+    );
+    // An existing report path is refused (no planting, no reuse).
+    let r = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "0"]))
+        .init_exe(PROBE)
+        .report_path(&path)
+        .spawn();
+    assert!(matches!(r, Err(SpawnError::ReportDir { .. })), "{r:?}");
+    assert_eq!(
+        strata_sandbox::read_report(&dir.path().join("none")).expect("read"),
+        None
+    );
+}
