@@ -118,6 +118,8 @@ pub struct ExecSpec {
     /// Working directory, absolute, as seen inside the Sandbox.
     pub cwd: PathBuf,
     pub identity: Identity,
+    /// Limits set before the drop. Without an explicit `Core` entry the
+    /// command gets RLIMIT_CORE 0 (no core files in the Workspace).
     pub rlimits: Vec<Rlimit>,
     pub session: Session,
 }
@@ -208,6 +210,20 @@ impl ExecSpec {
         for r in &self.rlimits {
             r.validate()?;
         }
+        // No core dumps unless asked for: with a core_pattern of "core"
+        // (as on these machines) a crash would write a core file into the
+        // cwd, i.e. into the Workspace, and from there into a commit.
+        let mut rlimits = self.rlimits.clone();
+        if !rlimits
+            .iter()
+            .any(|r| r.resource == crate::rlimit::Resource::Core)
+        {
+            rlimits.push(Rlimit {
+                resource: crate::rlimit::Resource::Core,
+                soft: Some(0),
+                hard: Some(0),
+            });
+        }
         let program = self.argv[0].clone();
         let candidates = search_candidates(&program, path_var);
         Ok(PreparedExec {
@@ -218,7 +234,7 @@ impl ExecSpec {
             cwd,
             cwd_path: self.cwd.clone(),
             identity: self.identity,
-            rlimits: self.rlimits.clone(),
+            rlimits,
             session: self.session,
         })
     }

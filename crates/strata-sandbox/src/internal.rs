@@ -112,7 +112,8 @@ pub(crate) fn thread_count() -> Option<u64> {
 }
 
 /// Call first thing in `main` of every binary that may be re-executed as a
-/// Sandbox init or exec helper (the strata CLI, the daemon, test probes).
+/// Sandbox init, exec helper or self-check command (the strata CLI, the
+/// daemon, test probes).
 /// If argv[1] is one of the hidden subcommands, run it and exit (never
 /// returns); otherwise return at once and let `main` go on.
 ///
@@ -125,6 +126,8 @@ pub fn maybe_run_internal() {
         run_init(&args[2..])
     } else if sub == EXEC_ARG {
         run_exec_helper(&args[2..])
+    } else if sub == crate::selfcheck::SELFCHECK_ARG {
+        crate::selfcheck::selfcheck_main()
     } else {
         return;
     };

@@ -7,6 +7,7 @@
 //! * [`mounts`], [`net`]: the command's view (read-only root, private
 //!   /tmp, fresh /proc, minimal /dev, loopback-only network).
 //! * [`cgroup`], [`rlimit`]: limits.
+//! * [`selfcheck`]: does the privilege split hold here (for `strata probe`)?
 //! * [`backend`]: the Backend trait (contract B1–B10), types only for now.
 //!
 //! Any binary that uses [`SandboxCommand`] or [`exec_helper_command`] must
@@ -27,6 +28,7 @@ pub mod net;
 pub mod ns;
 pub mod rlimit;
 pub mod seccomp;
+pub mod selfcheck;
 
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
 pub use exec::{
@@ -42,3 +44,4 @@ pub use ns::{
 };
 pub use rlimit::{Resource, Rlimit, RlimitError};
 pub use seccomp::{CompiledPolicy, Policy, Rule, POLICY};
+pub use selfcheck::{host_allows_unprivileged_userns, run_selfcheck, SelfCheck, SelfCheckError};

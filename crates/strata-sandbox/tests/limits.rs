@@ -170,3 +170,17 @@ fn rlimits_apply_to_the_command() {
     assert_eq!(line("Max open files"), "Max open files 64 64 files");
     assert_eq!(line("Max core file size"), "Max core file size 0 0 bytes");
 }
+
+#[test]
+fn no_core_dumps_by_default() {
+    let (o, out, _) = run(probe(&["cat", "/proc/self/limits"]));
+    assert_eq!(o, Outcome::Exited(0));
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap_or_default();
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>().join(" "),
+        "Max core file size 0 0 bytes"
+    );
+}

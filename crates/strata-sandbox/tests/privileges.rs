@@ -130,3 +130,22 @@ fn forbidden_raw_syscalls_fail_with_eperm_for_the_command() {
         );
     }
 }
+
+#[test]
+fn selfcheck_reports_the_split_holds() {
+    require_root();
+    let id = strata_sandbox::Identity::default();
+    let check = strata_sandbox::run_selfcheck(
+        std::path::Path::new(PROBE),
+        strata_sandbox::SandboxConfig::default(),
+        id,
+    )
+    .expect("selfcheck");
+    assert_eq!(check.problems(id), Vec::<String>::new(), "{check:?}");
+    assert_eq!(check.denied.len(), 5);
+    // And it notices when something is off: a different identity.
+    let other = strata_sandbox::Identity::new(1600, 1600).unwrap();
+    assert!(!check.problems(other).is_empty());
+    // The host leaves user namespaces open (BRIEF §5): the filter matters.
+    assert!(strata_sandbox::host_allows_unprivileged_userns().expect("userns probe"));
+}
