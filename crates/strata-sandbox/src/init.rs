@@ -230,6 +230,14 @@ fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
                 if r == pid1 {
                     break status;
                 }
+                if r < 0 {
+                    let e = std::io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::EINTR) {
+                        // Cannot happen for our own child; never spin on it.
+                        kill(pid1, libc::SIGKILL);
+                        return Report::Failed(os_failure("init", "waitpid(PID 1)", &e));
+                    }
+                }
             }
             Some(sig) => kill(pid1, sig),
         }
@@ -384,10 +392,16 @@ fn pid1_supervise(
     drop(wr);
     let mut text = String::new();
     let _ = std::fs::File::from(rd).read_to_string(&mut text);
+    // Anything on the channel means the command never ran: even garbage is
+    // reported as a failure, never as the command's exit status.
     let exec_failure: Option<Failure> = if text.is_empty() {
         None
     } else {
-        serde_json::from_str(&text).ok()
+        Some(serde_json::from_str(&text).unwrap_or_else(|_| Failure {
+            stage: "exec".into(),
+            message: format!("the command failed before execve: {text}"),
+            errno: None,
+        }))
     };
 
     // Supervise: reap everything (orphans are re-parented to us as PID 1
@@ -396,17 +410,29 @@ fn pid1_supervise(
     let set = waited_set();
     let raw = 'outer: loop {
         match next_signal(&set) {
-            Some(libc::SIGCHLD) | None => loop {
-                let mut status = 0;
-                // SAFETY: waitpid writes through a valid pointer.
-                let r = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-                if r == child {
-                    break 'outer status;
+            got @ (Some(libc::SIGCHLD) | None) => {
+                // Without a usable sigwaitinfo (None), block for one child.
+                let mut flags = if got.is_none() { 0 } else { libc::WNOHANG };
+                loop {
+                    let mut status = 0;
+                    // SAFETY: waitpid writes through a valid pointer.
+                    let r = unsafe { libc::waitpid(-1, &mut status, flags) };
+                    if r == child {
+                        break 'outer status;
+                    }
+                    if r < 0 {
+                        let e = std::io::Error::last_os_error();
+                        if e.raw_os_error() == Some(libc::ECHILD) {
+                            // The command is our child until reaped above.
+                            return Report::Failed(os_failure("init", "waitpid", &e));
+                        }
+                    }
+                    if r <= 0 {
+                        break;
+                    }
+                    flags = libc::WNOHANG;
                 }
-                if r <= 0 {
-                    break;
-                }
-            },
+            }
             Some(sig) => kill(child, sig),
         }
     };
