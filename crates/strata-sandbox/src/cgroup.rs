@@ -148,7 +148,7 @@ fn self_paths() -> Result<Vec<(String, String)>, CgroupError> {
     Ok(out)
 }
 
-fn check_name(name: &str) -> Result<(), CgroupError> {
+pub(crate) fn check_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name != "."

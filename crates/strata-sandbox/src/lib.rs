@@ -39,8 +39,8 @@ pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
 pub use mounts::{BindMount, MountError, RootFs};
 pub use net::{NetError, Network};
 pub use ns::{
-    read_report, Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand, SandboxConfig,
-    SpawnError,
+    read_report, ConfigError, Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand,
+    SandboxConfig, SpawnError,
 };
 pub use rlimit::{Resource, Rlimit, RlimitError};
 pub use seccomp::{CompiledPolicy, Policy, Rule, POLICY};

@@ -71,6 +71,57 @@ pub struct SandboxConfig {
     pub masked_paths: Vec<PathBuf>,
 }
 
+/// A [`SandboxConfig`] that cannot work; refused before anything starts.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("sandbox config: hostname {0:?} must be 1-64 bytes without NUL or '/'")]
+    Hostname(String),
+    #[error("sandbox config: {0}")]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+    #[error("sandbox config: bind target {0} must be an absolute path without '..'")]
+    BindTarget(PathBuf),
+    #[error("sandbox config: bind source {0} does not exist")]
+    BindSource(PathBuf),
+    #[error("sandbox config: masked path {0} must be an absolute path without '..'")]
+    Mask(PathBuf),
+    #[error("sandbox config: rootfs {0} is not a directory")]
+    Rootfs(PathBuf),
+}
+
+impl SandboxConfig {
+    /// Check what can be checked from outside (paths are checked again,
+    /// race-free, by the init).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(h) = &self.hostname {
+            if h.is_empty() || h.len() > 64 || h.contains('\0') || h.contains('/') {
+                return Err(ConfigError::Hostname(h.clone()));
+            }
+        }
+        if let Some(n) = &self.cgroup_name {
+            crate::cgroup::check_name(n)?;
+        }
+        if let RootFs::Dir { path, .. } = &self.root {
+            if !path.is_dir() {
+                return Err(ConfigError::Rootfs(path.clone()));
+            }
+        }
+        for b in &self.binds {
+            if !crate::exec::is_clean_absolute(&b.target) {
+                return Err(ConfigError::BindTarget(b.target.clone()));
+            }
+            if !b.source.exists() {
+                return Err(ConfigError::BindSource(b.source.clone()));
+            }
+        }
+        for m in &self.masked_paths {
+            if !crate::exec::is_clean_absolute(m) {
+                return Err(ConfigError::Mask(m.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
@@ -128,6 +179,8 @@ pub enum Report {
 pub enum SpawnError {
     #[error("sandbox spawn: {0}")]
     Spec(#[from] SpecError),
+    #[error("sandbox spawn: {0}")]
+    Config(#[from] ConfigError),
     #[error("sandbox spawn: encoding the init configuration: {source}")]
     Encode { source: serde_json::Error },
     #[error("sandbox spawn: finding the current executable for the init: {source}")]
@@ -255,6 +308,7 @@ impl SandboxCommand {
 
     /// Start the Sandbox. Bad input is refused here, before any process.
     pub fn spawn(self) -> Result<SandboxChild, SpawnError> {
+        self.config.validate()?;
         // Validate argv/env/cwd/rlimits exactly as the init will.
         let identity = match self.run_as {
             RunAs::User(i) => i,

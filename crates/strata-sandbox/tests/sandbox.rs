@@ -402,3 +402,61 @@ fn report_at_a_chosen_path_outlives_the_handle() {
         None
     );
 }
+
+#[test]
+fn bad_config_is_refused_before_spawning() {
+    let bad = [
+        SandboxConfig {
+            hostname: Some("x".repeat(65)),
+            ..SandboxConfig::default()
+        },
+        SandboxConfig {
+            cgroup_name: Some("../escape".into()),
+            ..SandboxConfig::default()
+        },
+        SandboxConfig {
+            masked_paths: vec!["relative".into()],
+            ..SandboxConfig::default()
+        },
+        SandboxConfig {
+            root: strata_sandbox::RootFs::Dir {
+                path: "/no/such/rootfs".into(),
+                readonly: true,
+            },
+            ..SandboxConfig::default()
+        },
+        SandboxConfig {
+            binds: vec![strata_sandbox::BindMount {
+                source: "/no/such/source".into(),
+                target: "/srv".into(),
+                readonly: true,
+            }],
+            ..SandboxConfig::default()
+        },
+        SandboxConfig {
+            binds: vec![strata_sandbox::BindMount {
+                source: "/".into(),
+                target: "/srv/../etc".into(),
+                readonly: true,
+            }],
+            ..SandboxConfig::default()
+        },
+    ];
+    for cfg in bad {
+        let r = SandboxCommand::new(cfg.clone(), probe(&["exit", "0"]))
+            .init_exe(PROBE)
+            .spawn();
+        assert!(matches!(r, Err(SpawnError::Config(_))), "{cfg:?} -> {r:?}");
+    }
+}
+
+#[test]
+fn hostname_is_the_sandboxes_own() {
+    let cfg = SandboxConfig {
+        hostname: Some("sb-test".into()),
+        ..SandboxConfig::default()
+    };
+    let (o, out, _) = run_in(cfg, probe(&["cat", "/proc/sys/kernel/hostname"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert_eq!(out.trim(), "sb-test");
+}
