@@ -1,0 +1,150 @@
+//! Crash recovery: a server process is killed with SIGKILL while a
+//! Workspace is mounted; reopening the same ID shows the same uncommitted
+//! state, and status and commit work.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Stdio};
+use strata_store::{ChangeKind, Store, StoreOptions};
+use strata_workspace::{CommitOutcome, MountOptions, Workspace, WorkspaceOptions};
+
+const CHILD_ENV: &str = "STRATA_WS_CRASH_CHILD";
+
+/// In the child (re-executed test binary): open the Workspace, mount it,
+/// say "ready" and serve until killed.
+#[test]
+fn crash_child_server() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('\n').collect();
+    let store = Store::open(std::path::Path::new(parts[0]), &StoreOptions::default()).unwrap();
+    let ws = Workspace::open(
+        &store,
+        parts[2],
+        std::path::Path::new(parts[1]),
+        &WorkspaceOptions::default(),
+    )
+    .unwrap();
+    let _h = ws
+        .mount(std::path::Path::new(parts[3]), &MountOptions::default())
+        .unwrap();
+    println!("ready");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
+#[test]
+fn kill_9_then_reopen() {
+    let fx = fixture();
+    let ws = fx.create();
+    let id = ws.id().to_string();
+    drop(ws); // release the lock for the child server
+    let spec = [
+        fx.store.dir().to_str().unwrap(),
+        fx.scratch.to_str().unwrap(),
+        &id,
+        fx.mnt.to_str().unwrap(),
+    ]
+    .join("\n");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "crash_child_server",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV, spec)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the child's mount to appear.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mnt = fx.mnt.to_str().unwrap().to_string();
+    loop {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        if mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(mnt.as_str()))
+        {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child server exited before mounting"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child server did not mount within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    // Uncommitted work of every kind.
+    std::fs::write(fx.p("new.txt"), b"survives").unwrap();
+    std::fs::write(fx.p("hello.txt"), b"rewritten").unwrap();
+    std::fs::remove_file(fx.p("dir/a.txt")).unwrap();
+    std::fs::rename(fx.p("dir/sub"), fx.p("moved-sub")).unwrap();
+    std::fs::create_dir(fx.p("nd")).unwrap();
+    std::fs::write(fx.p("nd/f"), b"in new dir").unwrap();
+    std::os::unix::fs::chown(fx.p("hard1"), Some(42), Some(43)).unwrap();
+    assert_eq!(setxattr(&fx.p("big.bin"), "user.k", b"v"), 0);
+
+    // SAFETY: plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+    child.wait().unwrap();
+    // The dead server leaves a mount that answers ENOTCONN; detach it.
+    let mp = cpath(&fx.mnt);
+    // SAFETY: valid path string.
+    unsafe { libc::umount2(mp.as_ptr(), libc::MNT_DETACH) };
+
+    let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
+    let st: Vec<(String, ChangeKind)> = ws
+        .status()
+        .unwrap()
+        .into_iter()
+        .map(|c| (String::from_utf8(c.path).unwrap(), c.kind))
+        .collect();
+    for want in [
+        ("new.txt", ChangeKind::Added),
+        ("hello.txt", ChangeKind::Modified),
+        ("dir/a.txt", ChangeKind::Deleted),
+        ("dir/sub", ChangeKind::Deleted),
+        ("moved-sub", ChangeKind::Added),
+        ("nd/f", ChangeKind::Added),
+        ("hard1", ChangeKind::Modified),
+        ("big.bin", ChangeKind::Modified),
+    ] {
+        assert!(
+            st.contains(&(want.0.to_string(), want.1)),
+            "{want:?} missing from {st:?}"
+        );
+    }
+    // It mounts again and shows the same files.
+    let h = ws.mount(&fx.mnt, &MountOptions::default()).unwrap();
+    assert_eq!(std::fs::read(fx.p("new.txt")).unwrap(), b"survives");
+    assert_eq!(
+        std::fs::read(fx.p("moved-sub/deep.txt")).unwrap(),
+        b"deep\n"
+    );
+    assert!(!fx.p("dir/a.txt").exists());
+    assert!(matches!(
+        ws.commit("after crash").unwrap(),
+        CommitOutcome::Committed(_)
+    ));
+    h.unmount().unwrap();
+    assert_eq!(fx.bytes(b"new.txt"), b"survives");
+    assert_eq!(fx.bytes(b"hello.txt"), b"rewritten");
+    assert_eq!(fx.bytes(b"nd/f"), b"in new dir");
+    assert_eq!(fx.bytes(b"moved-sub/deep.txt"), b"deep\n");
+    assert!(fx.entry(b"dir/a.txt").is_none());
+    assert!(fx.entry(b"dir/sub").is_none());
+    let h1 = fx.entry(b"hard1").unwrap();
+    assert_eq!((h1.uid, h1.gid), (42, 43));
+    assert_eq!(
+        fx.entry(b"big.bin").unwrap().xattrs,
+        vec![(b"user.k".to_vec(), b"v".to_vec())]
+    );
+}
