@@ -16,7 +16,7 @@ pub(crate) const ENC_DELTA: u8 = 2;
 /// objects plus one full one, which keeps reads of old versions fast.
 pub const MAX_DELTA_DEPTH: u32 = 6;
 
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
 
 /// An object ready to insert: hashed and encoded, outside any lock.
 pub(crate) struct Prepared {
@@ -35,9 +35,26 @@ pub(crate) fn prepare(kind: Kind, raw: &[u8]) -> Prepared {
     prepare_with_id(kind, id, raw)
 }
 
+thread_local! {
+    /// One compression context per thread: creating a zstd context costs
+    /// more than compressing a 4 KiB chunk.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn compress(raw: &[u8]) -> Option<Vec<u8>> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = zstd::bulk::Compressor::new(ZSTD_LEVEL).ok();
+        }
+        c.as_mut()?.compress(raw).ok()
+    })
+}
+
 pub(crate) fn prepare_with_id(kind: Kind, id: ObjectId, raw: &[u8]) -> Prepared {
-    let (enc, data) = match zstd::bulk::compress(raw, ZSTD_LEVEL) {
-        Ok(c) if c.len() < raw.len() => (ENC_ZSTD, c),
+    let (enc, data) = match compress(raw) {
+        Some(c) if c.len() < raw.len() => (ENC_ZSTD, c),
         _ => (ENC_RAW, raw.to_vec()),
     };
     Prepared {

@@ -43,6 +43,9 @@ struct Scanned {
     children: Option<Vec<Scanned>>,
 }
 
+/// A scanned entry and the objects its content needs stored (None: skipped).
+type ScannedWithObjects = Option<(Scanned, Vec<Prepared>)>;
+
 struct Ctx<'a> {
     store: &'a Store,
     progress: &'a dyn Progress,
@@ -120,12 +123,16 @@ impl Store {
             store_dir,
         };
         progress.start("import", None);
-        let (tx, rx) = sync_channel::<Prepared>(8192);
+        // One message per directory: per-object messages cost more in futex
+        // wake-ups than the objects cost to insert.
+        let (tx, rx) = sync_channel::<Vec<Prepared>>(64);
         let (scan, written) = std::thread::scope(|s| {
             let writer = s.spawn(move || -> Result<(u64, u64)> {
                 let mut batch = crate::files::Batch::new(self);
-                for p in rx {
-                    batch.push(p)?;
+                for v in rx {
+                    for p in v {
+                        batch.push(p)?;
+                    }
                 }
                 batch.flush()?;
                 Ok((batch.new_objects, batch.new_bytes))
@@ -174,7 +181,7 @@ fn scan_dir(
     ctx: &Ctx<'_>,
     dir: &Path,
     prev_tree: Option<ObjectId>,
-    tx: &SyncSender<Prepared>,
+    tx: &SyncSender<Vec<Prepared>>,
 ) -> Result<Vec<Scanned>> {
     let prev: HashMap<Vec<u8>, TreeEntry> = match prev_tree {
         Some(t) => ctx
@@ -190,20 +197,24 @@ fn scan_dir(
         let e = e.map_err(|e| StoreError::io("list", dir, e))?;
         names.push(e.file_name());
     }
-    let results: Vec<Result<Option<Scanned>>> = names
+    let results: Vec<Result<ScannedWithObjects>> = names
         .par_iter()
         .map(|name| {
             let path = dir.join(name);
             let prev = prev.get(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()));
-            scan_entry(ctx, &path, prev, tx)
+            let mut objects = Vec::new();
+            Ok(scan_entry(ctx, &path, prev, tx, &mut objects)?.map(|s| (s, objects)))
         })
         .collect();
     let mut out = Vec::with_capacity(results.len());
+    let mut objects = Vec::new();
     for r in results {
-        if let Some(s) = r? {
+        if let Some((s, o)) = r? {
             out.push(s);
+            objects.extend(o);
         }
     }
+    send(tx, objects)?;
     Ok(out)
 }
 
@@ -211,7 +222,8 @@ fn scan_entry(
     ctx: &Ctx<'_>,
     path: &Path,
     prev: Option<&TreeEntry>,
-    tx: &SyncSender<Prepared>,
+    tx: &SyncSender<Vec<Prepared>>,
+    objects: &mut Vec<Prepared>,
 ) -> Result<Option<Scanned>> {
     let md = std::fs::symlink_metadata(path).map_err(|e| StoreError::io("stat", path, e))?;
     let ft = md.file_type();
@@ -225,10 +237,9 @@ fn scan_entry(
             _ => None,
         };
         let bytes = std::fs::read(path).map_err(|e| StoreError::io("read", path, e))?;
-        let mut sink = tx.clone();
         let c: FileContent =
             ctx.store
-                .put_file_bytes(&bytes, prev_content.as_ref(), &mut sink as &mut dyn Sink)?;
+                .put_file_bytes(&bytes, prev_content.as_ref(), objects as &mut dyn Sink)?;
         if md.nlink() > 1 {
             inode = Some((md.dev(), md.ino()));
         }
@@ -283,13 +294,21 @@ fn scan_entry(
     }))
 }
 
+fn send(tx: &SyncSender<Vec<Prepared>>, objects: Vec<Prepared>) -> Result<()> {
+    if objects.is_empty() {
+        return Ok(());
+    }
+    tx.send(objects)
+        .map_err(|_| StoreError::Invalid("the object writer stopped early".into()))
+}
+
 /// Assign hard-link groups in name order (deterministic: the same tree gets
 /// the same ids) and build tree nodes bottom-up.
 fn assign_and_build(
     mut items: Vec<Scanned>,
     groups: &mut HashMap<(u64, u64), u64>,
     report: &mut SnapshotReport,
-    tx: &mut SyncSender<Prepared>,
+    tx: &mut SyncSender<Vec<Prepared>>,
 ) -> Result<ObjectId> {
     items.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
     let mut entries = Vec::with_capacity(items.len());
@@ -319,8 +338,6 @@ fn assign_and_build(
         entries.push(it.entry);
     }
     let (id, nodes) = build_tree(entries)?;
-    for n in nodes {
-        tx.push(n)?;
-    }
+    send(tx, nodes)?;
     Ok(id)
 }
