@@ -31,6 +31,9 @@ struct Args {
     scratch: Option<std::path::PathBuf>,
 }
 
+/// A group of workloads: runs them all and returns their rows.
+type Group = fn(&Ctx) -> anyhow::Result<Vec<Row>>;
+
 pub struct Ctx {
     pub quick: bool,
     pub scratch: std::path::PathBuf,
@@ -50,7 +53,7 @@ fn main() -> anyhow::Result<()> {
         quick: args.quick,
         scratch: scratch.path().to_path_buf(),
     };
-    let groups: &[(&str, fn(&Ctx) -> anyhow::Result<Vec<Row>>)] = &[("store", store::run)];
+    let groups: &[(&str, Group)] = &[("store", store::run)];
     let mut rows = Vec::new();
     for (name, f) in groups {
         if args.only.as_deref().is_some_and(|o| o != *name) {
