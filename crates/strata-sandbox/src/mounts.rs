@@ -19,7 +19,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -301,6 +301,68 @@ fn mask(target: &Path) -> Result<(), MountError> {
     }
 }
 
+/// Undo the escaping of mountinfo(5) fields (space, tab, newline and
+/// backslash are written as octal `\NNN`).
+fn unescape_mountinfo(field: &str) -> PathBuf {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], oct) {
+            (b'\\', Some(d)) => {
+                let v = u32::from(d[0] - b'0') * 64
+                    + u32::from(d[1] - b'0') * 8
+                    + u32::from(d[2] - b'0');
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
+}
+
+/// Detach every FUSE mount in the copy of the host root.
+///
+/// The recursive bind copies *all* host mounts, FUSE ones included: a
+/// host-side Workspace (served with allow_other) would be readable by the
+/// command, and, because the copy holds a reference to the superblock, the
+/// host's unmount would not end that FUSE session until this Sandbox ends.
+/// A Sandbox gets Workspaces only through its own binds and daemon.
+/// Deepest first, lazily, so that nested mounts go with their parents.
+fn detach_fuse_mounts(new_root: &Path) -> Result<(), MountError> {
+    let text = step(
+        "read /proc/self/mountinfo",
+        "/proc/self/mountinfo",
+        fs::read_to_string("/proc/self/mountinfo"),
+    )?;
+    let mut fuse: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            let is_fuse = fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.");
+            let mp = unescape_mountinfo(left.split(' ').nth(4)?);
+            (is_fuse && mp.starts_with(new_root) && mp != new_root).then_some(mp)
+        })
+        .collect();
+    fuse.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for mp in fuse {
+        match rustix::mount::unmount(&mp, UnmountFlags::DETACH) {
+            // Already gone with a parent detached before it.
+            Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return step("detach a host FUSE mount from the copy", &mp, Err(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Where a /dev tmpfs gets its nodes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DevSource {
@@ -435,7 +497,10 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
     let new_root = PathBuf::from(STAGING_ROOT);
     mkdir_p(&new_root, 0o755)?;
     match &rootfs_fd {
-        None => bind(Path::new("/"), &new_root, true, "bind host / recursively")?,
+        None => {
+            bind(Path::new("/"), &new_root, true, "bind host / recursively")?;
+            detach_fuse_mounts(&new_root)?;
+        }
         Some(fd) => {
             bind(&fd_path(fd), &new_root, true, "bind rootfs")?;
             // Mount points the steps below need. Created in the rootfs
@@ -585,4 +650,23 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
         ),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_unescape() {
+        assert_eq!(
+            unescape_mountinfo("/a\\040b\\011c"),
+            PathBuf::from("/a b\tc")
+        );
+        assert_eq!(unescape_mountinfo("/x\\134y"), PathBuf::from("/x\\y"));
+        assert_eq!(
+            unescape_mountinfo("/trailing\\04"),
+            PathBuf::from("/trailing\\04")
+        );
+        assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
+    }
 }
