@@ -83,6 +83,9 @@ pub enum StoreError {
     #[error("{source_dir} contains the Store itself ({store}); snapshotting it would recurse. Move the Store outside the tree")]
     SourceContainsStore { source_dir: PathBuf, store: PathBuf },
 
+    #[error("the disk holding the Store is full ({action}); nothing was half-committed. Free space (or run `strata gc`) and retry")]
+    DiskFull { action: &'static str },
+
     #[error("invalid input: {0}")]
     Invalid(String),
 }
@@ -108,6 +111,9 @@ impl StoreError {
                 rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
             ) {
                 return StoreError::Busy { action };
+            }
+            if e.code == rusqlite::ErrorCode::DiskFull {
+                return StoreError::DiskFull { action };
             }
         }
         StoreError::Sqlite { action, source }
