@@ -335,3 +335,18 @@ fn open_refuses_what_is_not_a_store() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn filesystems_sqlite_cannot_trust_are_refused() {
+    // procfs stands in for an untrusted filesystem here (statfs reports its
+    // own magic); a FUSE Store is refused the same way, tested with a real
+    // Workspace mount in strata-workspace.
+    match check_filesystem(std::path::Path::new("/proc")) {
+        Err(e @ StoreError::UnsupportedFilesystem { .. }) => {
+            assert!(e.to_string().contains("--allow-any-fs"), "{e}")
+        }
+        other => panic!("procfs accepted: {other:?}"),
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    check_filesystem(tmp.path()).unwrap();
+}
