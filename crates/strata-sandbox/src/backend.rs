@@ -15,6 +15,27 @@
 //! | B9 stop then delete; the Store survives | [`Backend::stop`], [`Backend::delete`] |
 //! | B10 discover by label or name prefix | [`Backend::list`] |
 
+//!
+//! How the native backend maps onto this crate:
+//!
+//! * B1/B4: [`crate::SandboxCommand::privileged`] starts the daemon as root
+//!   with capabilities under the Sandbox's init, with
+//!   [`crate::SandboxConfig::dev_fuse`] so that it can serve Workspaces,
+//!   [`crate::SandboxConfig::masked_paths`] holding the Store's directory
+//!   (commands never see it), `report_path` in the Sandbox's state
+//!   directory and `process_group(0)` so it outlives the creating CLI.
+//! * B5: the daemon's stdout (startup marker) and log go to files in the
+//!   state directory; the monitor's report says how the Sandbox ended.
+//! * B7: the daemon runs each command with [`crate::exec_helper_command`]
+//!   (privilege drop, seccomp, Session for cancel by process group and PTY
+//!   mode), inside the Sandbox's namespaces.
+//! * B8: the record holds the monitor's host pid and the report path;
+//!   "running" is "pid alive and no report yet" ([`crate::read_report`]).
+//! * B9: SIGTERM to the monitor reaches the daemon through PID 1; SIGKILL
+//!   of the monitor takes the whole PID namespace down (PR_SET_PDEATHSIG).
+//! * Probe: [`crate::run_selfcheck`] and
+//!   [`crate::host_allows_unprivileged_userns`].
+
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::PathBuf;

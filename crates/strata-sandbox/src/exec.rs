@@ -29,7 +29,7 @@ pub const DEFAULT_GID: u32 = 1500;
 /// total (refused)"); the kernel's own limit is near a quarter of the stack
 /// rlimit, but a clear error here beats E2BIG later.
 pub const MAX_ARGV_ENV_BYTES: usize = 1 << 20;
-/// PATH used when argv[0] has no '/' and the command's env has no PATH.
+/// PATH used when `argv[0]` has no '/' and the command's env has no PATH.
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The uid:gid a command runs as. Never 0: root inside the Sandbox is the
@@ -110,7 +110,7 @@ pub enum Session {
 /// What to run. Plain data: validated by [`ExecSpec::prepare`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecSpec {
-    /// argv; argv[0] is the program (a path, or a name searched in PATH).
+    /// argv; `argv[0]` is the program (a path, or a name searched in PATH).
     /// No shell is involved.
     pub argv: Vec<OsString>,
     /// The complete environment of the command (nothing is inherited).
@@ -150,7 +150,7 @@ pub enum SpecError {
 pub struct PreparedExec {
     argv: Vec<CString>,
     envp: Vec<CString>,
-    /// Paths to try in order (argv[0], or argv[0] joined to each PATH entry).
+    /// Paths to try in order (`argv[0]`, or `argv[0]` joined to each PATH entry).
     candidates: Vec<CString>,
     program: OsString,
     cwd: CString,

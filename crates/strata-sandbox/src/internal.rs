@@ -25,9 +25,9 @@ use crate::ns::{RunAs, SandboxConfig, SANDBOX_FAILURE_EXIT};
 use crate::rlimit::Rlimit;
 use crate::seccomp::Policy;
 
-/// argv[1] of the Sandbox init.
+/// `argv[1]` of the Sandbox init.
 pub const INIT_ARG: &str = "__strata-init";
-/// argv[1] of the exec helper.
+/// `argv[1]` of the exec helper.
 pub const EXEC_ARG: &str = "__strata-exec";
 /// Exit code of the exec helper when it failed before `execve` (the
 /// report file says why).
@@ -79,7 +79,7 @@ pub(crate) fn encode_argv(
 
 type Decoded = (String, Vec<(OsString, OsString)>, Vec<OsString>);
 
-/// Inverse of [`encode_argv`] for `args` = argv[2..].
+/// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
 fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
     let (json, rest) = args.split_first().ok_or("missing settings")?;
     let json = json.to_str().ok_or("settings are not UTF-8")?.to_string();
@@ -114,7 +114,7 @@ pub(crate) fn thread_count() -> Option<u64> {
 /// Call first thing in `main` of every binary that may be re-executed as a
 /// Sandbox init, exec helper or self-check command (the strata CLI, the
 /// daemon, test probes).
-/// If argv[1] is one of the hidden subcommands, run it and exit (never
+/// If `argv[1]` is one of the hidden subcommands, run it and exit (never
 /// returns); otherwise return at once and let `main` go on.
 ///
 /// It must run before any thread is started: both roles assume a

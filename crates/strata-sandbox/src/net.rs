@@ -38,7 +38,7 @@ pub enum NetError {
 /// A new network namespace starts with `lo` down (network_namespaces(7)),
 /// so 127.0.0.1 would not even answer. The classic netdevice(7) ioctls on
 /// any AF_INET socket do it without netlink; rustix has no wrapper for
-/// SIOC[GS]IFFLAGS, hence libc.
+/// SIOCGIFFLAGS/SIOCSIFFLAGS, hence libc.
 pub fn loopback_up() -> Result<(), NetError> {
     const IFACE: &str = "lo";
     // SAFETY: plain socket(2) call; the returned fd is owned below.

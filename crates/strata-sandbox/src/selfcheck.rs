@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::exec::{ExecSpec, Identity, Session};
 use crate::ns::{Outcome, RunError, SandboxCommand, SandboxConfig, SpawnError};
 
-/// argv[1] of the self-check command.
+/// `argv[1]` of the self-check command.
 pub const SELFCHECK_ARG: &str = "__strata-selfcheck";
 
 /// What a command found out about itself.
