@@ -281,8 +281,8 @@ pub enum ExecError {
     },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
-    #[error("exec: PR_SET_KEEPCAPS=0: {source}")]
-    KeepCaps { source: io::Error },
+    #[error("exec: PR_SET_SECUREBITS: {source}")]
+    SecureBits { source: io::Error },
     #[error("exec: clearing the ambient capability set: {source}")]
     ClearAmbient { source: io::Error },
     #[error("exec: dropping capability {cap} from the bounding set: {source}")]
@@ -318,7 +318,7 @@ impl ExecError {
             | CloseFds { source }
             | HideDevFuse { source, .. }
             | Session { source, .. }
-            | KeepCaps { source }
+            | SecureBits { source }
             | ClearAmbient { source }
             | DropBoundingCap { source, .. }
             | SetGroups { source }
@@ -335,6 +335,13 @@ impl ExecError {
         }
     }
 }
+
+/// The securebits of every command: NOROOT, NOROOT_LOCKED,
+/// NO_SETUID_FIXUP_LOCKED, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE and
+/// NO_CAP_AMBIENT_RAISE_LOCKED (bits 6 and 7, which rustix does not name).
+pub const SECURE_BITS_VALUE: u32 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7);
+const SECURE_BITS: rustix::thread::CapabilitiesSecureBits =
+    rustix::thread::CapabilitiesSecureBits::from_bits_retain(SECURE_BITS_VALUE);
 
 fn last_os_error() -> io::Error {
     io::Error::last_os_error()
@@ -383,11 +390,16 @@ fn drop_privileges_and_exec_inner(
         r.apply()?;
     }
 
-    // 4. SECBIT_KEEP_CAPS off, so that the uid switch in step 8 clears the
-    //    permitted and effective sets (capabilities(7), "Effect of user ID
-    //    changes on capabilities").
-    rustix::thread::set_keep_capabilities(false)
-        .map_err(|e| ExecError::KeepCaps { source: e.into() })?;
+    // 4. Securebits (capabilities(7), "The securebits flags"), while we
+    //    still have CAP_SETPCAP, each locked so that neither the command
+    //    nor anything it runs can change them back:
+    //    * KEEP_CAPS off: the uid switch in step 8 clears the permitted and
+    //      effective sets ("Effect of user ID changes on capabilities");
+    //    * NO_SETUID_FIXUP off: that clearing cannot be disabled later;
+    //    * NOROOT: even a uid-0 execve would not grant capabilities;
+    //    * NO_CAP_AMBIENT_RAISE: the ambient set stays empty.
+    rustix::thread::set_capabilities_secure_bits(SECURE_BITS)
+        .map_err(|e| ExecError::SecureBits { source: e.into() })?;
 
     // 5. Ambient set: cleared explicitly (it is also cleared by the uid
     //    switch, but being explicit costs nothing).

@@ -24,6 +24,10 @@ fn command_has_no_privileges_and_a_filter() {
     assert_eq!(field("CapAmb:"), "0000000000000000");
     assert_eq!(field("NoNewPrivs:"), "1");
     assert_eq!(field("Seccomp:"), "2");
+    assert_eq!(
+        field("SecureBits:"),
+        format!("{:#x}", strata_sandbox::exec::SECURE_BITS_VALUE)
+    );
 }
 
 #[test]

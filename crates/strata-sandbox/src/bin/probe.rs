@@ -32,6 +32,9 @@ fn main() -> ExitCode {
                     println!("{l}");
                 }
             }
+            // SAFETY: PR_GET_SECUREBITS takes no pointer arguments.
+            let bits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
+            println!("SecureBits:\t{bits:#x}");
             ExitCode::SUCCESS
         }
         "exit" => ExitCode::from(arg(1).parse::<u8>().unwrap_or(2)),
