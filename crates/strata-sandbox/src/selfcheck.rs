@@ -32,6 +32,8 @@ pub struct SelfCheck {
     pub denied: Vec<(String, i32)>,
     pub dev_fuse_visible: bool,
     pub root_read_only: bool,
+    /// `prctl(PR_GET_SECUREBITS)`.
+    pub secure_bits: i32,
 }
 
 /// Running the self-check failed.
@@ -151,6 +153,13 @@ impl SelfCheck {
                 ));
             }
         }
+        if self.secure_bits != crate::exec::SECURE_BITS_VALUE as i32 {
+            out.push(format!(
+                "securebits are {:#x}, expected {:#x}: the capability rules are not locked",
+                self.secure_bits,
+                crate::exec::SECURE_BITS_VALUE
+            ));
+        }
         if self.dev_fuse_visible {
             out.push("/dev/fuse is visible to the command: it could mount FUSE filesystems".into());
         }
@@ -238,6 +247,8 @@ pub(crate) fn selfcheck_main() -> i32 {
         denied,
         dev_fuse_visible: Path::new("/dev/fuse").exists(),
         root_read_only,
+        // SAFETY: PR_GET_SECUREBITS takes no pointer arguments.
+        secure_bits: unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) },
     };
     match serde_json::to_string(&check) {
         Ok(json) => {
