@@ -336,6 +336,8 @@ fn unescape_mountinfo(field: &str) -> PathBuf {
 /// host's unmount would not end that FUSE session until this Sandbox ends.
 /// A Sandbox gets Workspaces only through its own binds and daemon.
 /// Deepest first, lazily, so that nested mounts go with their parents.
+/// A FUSE mount that the host itself has covered with another mount cannot
+/// be reached by path and stays (unreachable for commands too).
 fn detach_fuse_mounts(new_root: &Path) -> Result<(), MountError> {
     let text = step(
         "read /proc/self/mountinfo",
@@ -499,6 +501,16 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
     match &rootfs_fd {
         None => {
             bind(Path::new("/"), &new_root, true, "bind host / recursively")?;
+            // The copy includes the staging tmpfs itself at <new_root>/tmp,
+            // hiding the host's /tmp and anything mounted below it. Drop it
+            // so that detach_fuse_mounts can reach those mounts by path (a
+            // fresh /tmp covers the directory again in step 4a).
+            let staging_copy = under(&new_root, STAGING_TMPFS);
+            step(
+                "detach the copy of the staging tmpfs",
+                &staging_copy,
+                rustix::mount::unmount(&staging_copy, UnmountFlags::DETACH),
+            )?;
             detach_fuse_mounts(&new_root)?;
         }
         Some(fd) => {
@@ -554,15 +566,23 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
 
     // 4c. /sys read-only: sysfs mounted from inside the new network
     //     namespace lists only its interfaces (lo). Read-only because
-    //     nothing in a Sandbox configures the kernel.
-    mount(
-        "sysfs",
-        &under(&new_root, "/sys"),
-        "sysfs",
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
-        "",
-        "sysfs /sys",
-    )?;
+    //     nothing in a Sandbox configures the kernel. Mounted rw and then
+    //     made read-only per mount: with the host's network namespace the
+    //     kernel reuses the host's (rw) sysfs superblock, and asking for a
+    //     read-only superblock there fails with EBUSY.
+    //     The copy of the host's /sys (with its submounts: cgroup, bpf,
+    //     debugfs, fusectl...) is detached first; with the host's network
+    //     namespace the new sysfs is the host's superblock, which the kernel
+    //     refuses to mount on top of itself (EBUSY, do_add_mount).
+    let sys = under(&new_root, "/sys");
+    match rustix::mount::unmount(&sys, UnmountFlags::DETACH) {
+        // EINVAL: not a mount point (a rootfs directory's empty /sys).
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return step("detach the copied /sys", &sys, Err(e)),
+    }
+    let sys_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount("sysfs", &sys, "sysfs", sys_flags, "", "sysfs /sys")?;
+    remount_ro(&sys, sys_flags, "remount /sys read-only")?;
 
     // 4d. /dev: a small tmpfs with only the devices in DEVICES bound from
     //     the host, a private devpts instance, /dev/shm and the usual

@@ -460,3 +460,23 @@ fn hostname_is_the_sandboxes_own() {
     assert_eq!(o, Outcome::Exited(0));
     assert_eq!(out.trim(), "sb-test");
 }
+
+#[test]
+fn host_network_on_request() {
+    let cfg = SandboxConfig {
+        network: strata_sandbox::Network::Host,
+        ..SandboxConfig::default()
+    };
+    let (o, out, err) = run_in(cfg.clone(), probe(&["ls", "/sys/class/net"]));
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    let mut host: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .expect("host interfaces")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    host.sort();
+    assert_eq!(out.lines().collect::<Vec<_>>(), host);
+    // /sys stays read-only for the command.
+    let (_, out, _) = run_in(cfg, probe(&["try-create", "/sys/x"]));
+    assert_eq!(out.trim(), format!("errno={}", libc::EROFS));
+}
