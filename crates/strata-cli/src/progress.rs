@@ -35,13 +35,13 @@ impl Progress for Bar {
             Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr())
                 .with_style(
                     ProgressStyle::with_template(
-                        "{msg:>8} [{bar:40}] {pos}/{len} ({per_sec}, {eta})",
+                        "{msg:>8} [{bar:40}] {human_pos}/{human_len} {elapsed} (eta {eta})",
                     )
                     .unwrap_or_else(|_| ProgressStyle::default_bar())
                     .progress_chars("=> "),
                 ),
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(
-                ProgressStyle::with_template("{spinner} {msg:>8} {pos} ({per_sec}) {elapsed}")
+                ProgressStyle::with_template("{spinner} {msg:>8} {human_pos} files {elapsed}")
                     .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             ),
         };

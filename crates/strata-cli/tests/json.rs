@@ -252,3 +252,28 @@ fn store_comes_from_the_environment_when_not_given() {
     assert!(out.status.success());
     assert!(xdg.join("strata").is_dir());
 }
+
+#[test]
+fn nothing_is_drawn_on_stderr_when_it_is_not_a_terminal() {
+    let env = Env::new();
+    let src = env.path("src");
+    for i in 0..200 {
+        write(&src, &format!("d/{i}.txt"), format!("{i}\n").as_bytes());
+    }
+    let out_dir = env.path("out");
+    for args in [
+        vec!["project", "create", "p", "--from", s(&src)],
+        vec!["snapshot", "p/main", s(&src)],
+        vec!["export", "p/main", s(&out_dir)],
+        vec!["fsck"],
+        vec!["gc"],
+    ] {
+        let out = env.cmd(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?} wrote to a non-terminal stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
