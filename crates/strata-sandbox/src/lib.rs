@@ -29,6 +29,7 @@ pub mod ns;
 pub mod rlimit;
 pub mod seccomp;
 pub mod selfcheck;
+pub mod spec;
 
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
 pub use exec::{
