@@ -140,3 +140,14 @@ fn bind_mounts_reach_the_command_rw_and_ro() {
     assert_eq!(o, Outcome::Exited(0));
     assert_eq!(out.trim(), format!("errno={}", libc::EROFS));
 }
+
+#[test]
+fn cancel_signals_the_whole_process_group() {
+    let (o, out, err) = as_daemon(&["cancel-group"]);
+    assert_eq!(o, Outcome::Exited(0), "stderr: {err}");
+    assert_eq!(
+        out.trim(),
+        format!("before=2 signal=Some({}) leftover=0", libc::SIGTERM),
+        "{out}"
+    );
+}

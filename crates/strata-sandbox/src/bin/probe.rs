@@ -399,6 +399,59 @@ fn main() -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        // As the daemon: run `sh` (which starts a background sleep and a
+        // foreground sleep) through the helper in its own process group,
+        // cancel the whole group with SIGTERM, and count what is left.
+        "cancel-group" => {
+            let spec = strata_sandbox::ExecSpec {
+                argv: ["/bin/sh", "-c", "sleep 1000 & sleep 1000"]
+                    .iter()
+                    .map(Into::into)
+                    .collect(),
+                env: vec![],
+                cwd: "/".into(),
+                identity: strata_sandbox::Identity::default(),
+                rlimits: vec![],
+                session: strata_sandbox::Session::NewProcessGroup,
+            };
+            let exe = std::env::current_exe().unwrap_or_default();
+            let child = strata_sandbox::exec_helper_command(&exe, &spec, None)
+                .map_err(|e| e.to_string())
+                .and_then(|mut c| c.spawn().map_err(|e| e.to_string()));
+            let mut child = match child {
+                Ok(c) => c,
+                Err(e) => {
+                    println!("spawn: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let pgid = child.id() as i32;
+            let count_sleeps = || {
+                std::fs::read_dir("/proc")
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .filter(|e| {
+                        std::fs::read(e.path().join("cmdline"))
+                            .is_ok_and(|c| c.starts_with(b"sleep\0"))
+                    })
+                    .count()
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while count_sleeps() < 2 && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            let before = count_sleeps();
+            // SAFETY: kill(2) of a process group with a plain signal.
+            unsafe { libc::kill(-pgid, libc::SIGTERM) };
+            let st = child.wait();
+            let sig = st
+                .ok()
+                .and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s));
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            println!("before={before} signal={sig:?} leftover={}", count_sleeps());
+            ExitCode::SUCCESS
+        }
         other => {
             eprintln!("strata-sandbox-probe: unknown subcommand {other:?}");
             ExitCode::from(2)
