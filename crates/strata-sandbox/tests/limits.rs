@@ -184,3 +184,22 @@ fn no_core_dumps_by_default() {
         "Max core file size 0 0 bytes"
     );
 }
+
+#[test]
+fn tmp_size_is_enforced() {
+    let cfg = SandboxConfig {
+        tmp_size_bytes: Some(1 << 20),
+        ..SandboxConfig::default()
+    };
+    let (o, _, err) = run_in(
+        cfg.clone(),
+        spec(&["dd", "if=/dev/zero", "of=/tmp/big", "bs=1M", "count=2"]),
+    );
+    assert_ne!(o, Outcome::Exited(0));
+    assert!(err.contains("No space left on device"), "{err}");
+    let (o, _, err) = run_in(
+        cfg,
+        spec(&["dd", "if=/dev/zero", "of=/tmp/small", "bs=1k", "count=512"]),
+    );
+    assert_eq!(o, Outcome::Exited(0), "{err}");
+}
