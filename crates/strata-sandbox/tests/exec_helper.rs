@@ -151,3 +151,28 @@ fn cancel_signals_the_whole_process_group() {
         "{out}"
     );
 }
+
+#[test]
+fn sandbox_mounts_are_invisible_to_the_host_and_other_sandboxes() {
+    require_root();
+    use std::io::{BufRead, BufReader};
+    let name = format!("strata-sb-marker-{}", std::process::id());
+    let s = probe(&["mount-and-wait", &name]);
+    let mut daemon = SandboxCommand::privileged(SandboxConfig::default(), s.argv, s.env, s.cwd)
+        .init_exe(PROBE)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stdout = daemon.child_mut().stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "mounted");
+    let host = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    assert!(!host.contains(&name), "the host sees the Sandbox's mount");
+    let (o, other, _) = run(probe(&["cat", "/proc/self/mountinfo"]));
+    assert_eq!(o, Outcome::Exited(0));
+    assert!(!other.contains(&name), "another Sandbox sees the mount");
+    drop(daemon.child_mut().stdin.take());
+    assert_eq!(daemon.wait().expect("wait"), Outcome::Exited(0));
+}

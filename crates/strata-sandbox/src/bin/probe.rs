@@ -452,6 +452,25 @@ fn main() -> ExitCode {
             println!("before={before} signal={sig:?} leftover={}", count_sleeps());
             ExitCode::SUCCESS
         }
+        // As the daemon: mount a tmpfs named NAME on /srv, say so, and keep
+        // it until stdin closes.
+        "mount-and-wait" => {
+            let r = rustix::mount::mount(
+                arg(1),
+                "/srv",
+                "tmpfs",
+                rustix::mount::MountFlags::empty(),
+                c"mode=0755",
+            );
+            match r {
+                Ok(()) => println!("mounted"),
+                Err(e) => println!("mount: {e}"),
+            }
+            let _ = std::io::stdout().flush();
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            ExitCode::SUCCESS
+        }
         other => {
             eprintln!("strata-sandbox-probe: unknown subcommand {other:?}");
             ExitCode::from(2)
