@@ -9,6 +9,9 @@
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 
+use rustix::process::{Pid, WaitOptions, WaitStatus};
+use rustix::thread::UnshareFlags;
+
 use crate::cgroup::Cgroup;
 use crate::exec::{Failure, PreparedExec};
 use crate::internal::{write_json_file, InitWire};
@@ -64,14 +67,41 @@ fn next_signal(set: &libc::sigset_t) -> Option<i32> {
     }
 }
 
-fn outcome_of(status: libc::c_int) -> Option<Outcome> {
-    if libc::WIFEXITED(status) {
-        Some(Outcome::Exited(libc::WEXITSTATUS(status)))
-    } else if libc::WIFSIGNALED(status) {
-        Some(Outcome::Signaled(libc::WTERMSIG(status)))
-    } else {
-        None
+fn outcome_of(status: WaitStatus) -> Option<Outcome> {
+    match (status.exit_status(), status.terminating_signal()) {
+        (Some(code), _) => Some(Outcome::Exited(code)),
+        (None, Some(sig)) => Some(Outcome::Signaled(sig)),
+        _ => None,
     }
+}
+
+/// `waitpid(pid)`, or `waitpid(-1)` (any child, whatever its process
+/// group) for `None`: `Ok(None)` when nothing changed. (rustix's
+/// `waitpid(None)` means pid 0, the caller's process group only, which
+/// would miss a command in a session of its own.)
+fn wait_for(pid: Option<Pid>, block: bool) -> std::io::Result<Option<(Pid, WaitStatus)>> {
+    let opts = if block {
+        WaitOptions::empty()
+    } else {
+        WaitOptions::NOHANG
+    };
+    loop {
+        let r = match pid {
+            Some(p) => rustix::process::waitpid(Some(p), opts),
+            None => rustix::process::wait(opts),
+        };
+        match r {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => return r.map_err(Into::into),
+        }
+    }
+}
+
+fn unshare(flags: UnshareFlags) -> std::io::Result<()> {
+    // SAFETY: rustix marks unshare unsafe because CLONE_FILES/CLONE_FS can
+    // break assumptions of other threads; this process is single-threaded
+    // and unshares namespaces only.
+    unsafe { rustix::thread::unshare_unsafe(flags) }.map_err(Into::into)
 }
 
 fn os_failure(stage: &str, what: impl std::fmt::Display, e: &std::io::Error) -> Failure {
@@ -86,9 +116,17 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(Into::into)
 }
 
-fn kill(pid: libc::pid_t, sig: i32) {
-    // SAFETY: kill(2) takes plain integers. ESRCH (already gone) is fine.
-    unsafe { libc::kill(pid, sig) };
+fn kill(pid: Pid, sig: i32) {
+    // ESRCH (already gone) is fine; unknown numbers cannot come from
+    // sigwaitinfo on our FORWARDED set.
+    if let Some(sig) = rustix::process::Signal::from_named_raw(sig) {
+        let _ = rustix::process::kill_process(pid, sig);
+    }
+}
+
+/// A pid returned by fork(2) in the parent (always > 0).
+fn pid_of(raw: libc::pid_t) -> std::io::Result<Pid> {
+    Pid::from_raw(raw).ok_or_else(|| std::io::Error::other(format!("fork returned pid {raw}")))
 }
 
 /// The monitor: runs in the host namespaces, returns the exit code for
@@ -190,9 +228,7 @@ fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
 
     // 5. New PID namespace: applies to the *next* child (unshare(2)), which
     //    becomes its PID 1. The monitor stays in the host's namespaces.
-    // SAFETY: plain unshare(2) of a single-threaded process.
-    if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = unshare(UnshareFlags::NEWPID) {
         return Report::Failed(os_failure(
             "namespaces",
             "unshare(CLONE_NEWPID) (needs root)",
@@ -217,28 +253,24 @@ fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
         std::process::exit(0);
     }
     drop(wr);
+    let pid1 = match pid_of(pid1) {
+        Ok(p) => p,
+        Err(e) => return Report::Failed(os_failure("init", "fork of PID 1", &e)),
+    };
 
     // 7. Forward signals to PID 1 until it exits.
     let status = loop {
         match next_signal(&set) {
-            got @ (Some(libc::SIGCHLD) | None) => {
-                // Without a usable sigwaitinfo (None), block in waitpid.
-                let flags = if got.is_none() { 0 } else { libc::WNOHANG };
-                let mut status = 0;
-                // SAFETY: waitpid writes the status through a valid pointer.
-                let r = unsafe { libc::waitpid(pid1, &mut status, flags) };
-                if r == pid1 {
-                    break status;
+            // Without a usable sigwaitinfo (None), block in waitpid.
+            got @ (Some(libc::SIGCHLD) | None) => match wait_for(Some(pid1), got.is_none()) {
+                Ok(Some((_, status))) => break status,
+                Ok(None) => {}
+                Err(e) => {
+                    // Cannot happen for our own child; never spin on it.
+                    kill(pid1, libc::SIGKILL);
+                    return Report::Failed(os_failure("init", "waitpid(PID 1)", &e));
                 }
-                if r < 0 {
-                    let e = std::io::Error::last_os_error();
-                    if e.raw_os_error() != Some(libc::EINTR) {
-                        // Cannot happen for our own child; never spin on it.
-                        kill(pid1, libc::SIGKILL);
-                        return Report::Failed(os_failure("init", "waitpid(PID 1)", &e));
-                    }
-                }
-            }
+            },
             Some(sig) => kill(pid1, sig),
         }
     };
@@ -312,13 +344,11 @@ fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
     // rooted at the Sandbox's cgroup (joined by the monitor already);
     // network unless the host's is requested.
     let mut flags =
-        libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC | libc::CLONE_NEWCGROUP;
+        UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC | UnshareFlags::NEWCGROUP;
     if wire.config.network == crate::net::Network::None {
-        flags |= libc::CLONE_NEWNET;
+        flags |= UnshareFlags::NEWNET;
     }
-    // SAFETY: plain unshare(2) of a single-threaded process.
-    if unsafe { libc::unshare(flags) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = unshare(flags) {
         return Err(os_failure(
             "namespaces",
             "unshare(NEWNS|NEWUTS|NEWIPC|NEWCGROUP|NEWNET)",
@@ -390,6 +420,10 @@ fn pid1_supervise(
         unsafe { libc::_exit(127) };
     }
     drop(wr);
+    let child = match pid_of(child) {
+        Ok(p) => p,
+        Err(e) => return Report::Failed(os_failure("init", "fork of the command", &e)),
+    };
     let mut text = String::new();
     let _ = std::fs::File::from(rd).read_to_string(&mut text);
     // Anything on the channel means the command never ran: even garbage is
@@ -412,25 +446,16 @@ fn pid1_supervise(
         match next_signal(&set) {
             got @ (Some(libc::SIGCHLD) | None) => {
                 // Without a usable sigwaitinfo (None), block for one child.
-                let mut flags = if got.is_none() { 0 } else { libc::WNOHANG };
+                let mut block = got.is_none();
                 loop {
-                    let mut status = 0;
-                    // SAFETY: waitpid writes through a valid pointer.
-                    let r = unsafe { libc::waitpid(-1, &mut status, flags) };
-                    if r == child {
-                        break 'outer status;
+                    match wait_for(None, block) {
+                        Ok(Some((pid, status))) if pid == child => break 'outer status,
+                        // An orphan (or a grandchild) reaped; look for more.
+                        Ok(Some(_)) => block = false,
+                        Ok(None) => break,
+                        // ECHILD cannot happen while the command is unreaped.
+                        Err(e) => return Report::Failed(os_failure("init", "waitpid", &e)),
                     }
-                    if r < 0 {
-                        let e = std::io::Error::last_os_error();
-                        if e.raw_os_error() == Some(libc::ECHILD) {
-                            // The command is our child until reaped above.
-                            return Report::Failed(os_failure("init", "waitpid", &e));
-                        }
-                    }
-                    if r <= 0 {
-                        break;
-                    }
-                    flags = libc::WNOHANG;
                 }
             }
             Some(sig) => kill(child, sig),
@@ -443,7 +468,7 @@ fn pid1_supervise(
         Some(o) => Report::Finished(o),
         None => Report::Failed(Failure {
             stage: "init".into(),
-            message: format!("unexpected wait status {raw:#x}"),
+            message: format!("unexpected wait status {raw:?}"),
             errno: None,
         }),
     }
