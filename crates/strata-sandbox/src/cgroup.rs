@@ -69,6 +69,8 @@ pub enum CgroupError {
         value: String,
         source: io::Error,
     },
+    #[error("cgroup: cannot enable controllers below {path}: it holds processes (cgroup v2 \"no internal processes\" rule); run strata in a delegated cgroup of its own, e.g. `systemd-run --scope -p Delegate=yes strata ...`")]
+    NotDelegated { path: PathBuf },
     #[error("cgroup: removing {path}: {source}")]
     Remove { path: PathBuf, source: io::Error },
 }
@@ -197,6 +199,58 @@ impl Cgroup {
         if limits.cpu_millis.is_some() {
             wanted.push("cpu");
         }
+        let cg = Self::layout(hierarchy, selfs, name, &wanted, true)?;
+        for (_, dir, _) in &cg.dirs {
+            fs::create_dir(dir).map_err(|source| CgroupError::Create {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        if let Err(e) = cg.apply(limits) {
+            let _ = cg.clone().destroy(Duration::ZERO);
+            return Err(e);
+        }
+        Ok(cg)
+    }
+
+    /// An existing Sandbox cgroup `name` below this process's cgroup, e.g.
+    /// one left behind by a monitor that was killed with SIGKILL, so that
+    /// a backend can remove it (B9). `None` if no directory exists.
+    pub fn find(name: &str) -> Result<Option<Cgroup>, CgroupError> {
+        Self::find_in(&detect()?, &self_paths()?, name)
+    }
+
+    fn find_in(
+        hierarchy: &Hierarchy,
+        selfs: &[(String, String)],
+        name: &str,
+    ) -> Result<Option<Cgroup>, CgroupError> {
+        check_name(name)?;
+        let all = ["memory", "pids", "cpu"];
+        let mut cg = match hierarchy {
+            Hierarchy::V2 { .. } => Self::layout(hierarchy, selfs, name, &[], false)?,
+            Hierarchy::V1 { mounts } => {
+                let present: Vec<&'static str> = all
+                    .into_iter()
+                    .filter(|c| mounts.iter().any(|(m, _)| m == c))
+                    .collect();
+                Self::layout(hierarchy, selfs, name, &present, false)?
+            }
+        };
+        cg.dirs.retain(|(_, d, _)| d.is_dir());
+        Ok((!cg.dirs.is_empty()).then_some(cg))
+    }
+
+    /// Where the directories of cgroup `name` are (or go), for the
+    /// controllers in `wanted`. With `enable`, v2 controllers are switched
+    /// on in the parent's `cgroup.subtree_control`.
+    fn layout(
+        hierarchy: &Hierarchy,
+        selfs: &[(String, String)],
+        name: &str,
+        wanted: &[&'static str],
+        enable: bool,
+    ) -> Result<Cgroup, CgroupError> {
         let cg =
             match hierarchy {
                 Hierarchy::V2 { root } => {
@@ -211,9 +265,22 @@ impl Cgroup {
                     // fails with EBUSY if the parent has processes and is not the
                     // root ("no internal processes" rule): then the caller must
                     // run in a delegated cgroup of its own.
-                    if !wanted.is_empty() {
+                    if enable && !wanted.is_empty() {
                         let v: Vec<String> = wanted.iter().map(|c| format!("+{c}")).collect();
-                        write(&parent.join("cgroup.subtree_control"), &v.join(" "))?;
+                        let path = parent.join("cgroup.subtree_control");
+                        fs::write(&path, v.join(" ")).map_err(|source| {
+                            if source.raw_os_error() == Some(libc::EBUSY) {
+                                CgroupError::NotDelegated {
+                                    path: parent.clone(),
+                                }
+                            } else {
+                                CgroupError::Write {
+                                    path,
+                                    value: v.join(" "),
+                                    source,
+                                }
+                            }
+                        })?;
                     }
                     let dir = parent.join(name);
                     Cgroup {
@@ -241,16 +308,6 @@ impl Cgroup {
                     Cgroup { dirs, v2: false }
                 }
             };
-        for (_, dir, _) in &cg.dirs {
-            fs::create_dir(dir).map_err(|source| CgroupError::Create {
-                path: dir.clone(),
-                source,
-            })?;
-        }
-        if let Err(e) = cg.apply(limits) {
-            let _ = cg.clone().destroy(Duration::ZERO);
-            return Err(e);
-        }
         Ok(cg)
     }
 
@@ -458,6 +515,28 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn find_locates_leftovers() {
+        let root = tempfile::tempdir().unwrap();
+        let m = |c: &str| root.path().join(c);
+        for c in ["memory", "pids"] {
+            fs::create_dir_all(m(c).join("x")).unwrap();
+        }
+        let h = Hierarchy::V1 {
+            mounts: vec![("memory".into(), m("memory")), ("pids".into(), m("pids"))],
+        };
+        let selfs: Vec<(String, String)> = ["memory", "pids"]
+            .iter()
+            .map(|c| (c.to_string(), "/x".to_string()))
+            .collect();
+        assert_eq!(Cgroup::find_in(&h, &selfs, "gone").unwrap(), None);
+        fs::create_dir(m("pids").join("x/left")).unwrap();
+        let cg = Cgroup::find_in(&h, &selfs, "left").unwrap().expect("found");
+        assert_eq!(cg.paths(), vec![m("pids").join("x/left")]);
+        cg.destroy(Duration::ZERO).unwrap();
+        assert!(!m("pids").join("x/left").exists());
     }
 
     #[test]
