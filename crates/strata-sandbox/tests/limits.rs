@@ -139,9 +139,14 @@ fn cgroup_files_carry_the_limits() {
         }
     }
     assert_eq!(read("pids.max"), "33");
-    cg.destroy(std::time::Duration::from_secs(1))
+    // A later process finds it by name (B9 cleanup of a killed monitor's cgroup).
+    let found = Cgroup::find(&name).expect("find").expect("exists");
+    assert_eq!(found.paths().len(), cg.paths().len());
+    found
+        .destroy(std::time::Duration::from_secs(1))
         .expect("destroy");
     assert!(walk_for(&name).is_empty());
+    assert_eq!(Cgroup::find(&name).expect("find"), None);
 }
 
 #[test]
