@@ -457,7 +457,7 @@ fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountE
 /// Build the view and pivot into it. Must run in a fresh mount namespace
 /// (CLONE_NEWNS) as real root, and in the Sandbox's PID and network
 /// namespaces so that /proc and /sys describe them.
-pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
+pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
     let (root, binds) = (&cfg.root, &cfg.binds);
     let (tmp_size_bytes, dev_fuse) = (cfg.tmp_size_bytes, cfg.dev_fuse);
     // 1. Private propagation for everything, recursively. Without it, the
