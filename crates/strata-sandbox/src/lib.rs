@@ -12,6 +12,34 @@
 //!
 //! Any binary that uses [`SandboxCommand`] or [`exec_helper_command`] must
 //! call [`maybe_run_internal`] first thing in `main`.
+//!
+//! ```no_run
+//! use std::process::Stdio;
+//! use strata_sandbox::{ExecSpec, Identity, Outcome, SandboxCommand, SandboxConfig, Session};
+//!
+//! fn main() {
+//!     // Re-executed as the Sandbox init / exec helper? Then this never returns.
+//!     strata_sandbox::maybe_run_internal();
+//!
+//!     let spec = ExecSpec {
+//!         argv: vec!["/bin/echo".into(), "hello".into()],
+//!         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+//!         cwd: "/tmp".into(),
+//!         identity: Identity::default(), // 1500:1500
+//!         rlimits: vec![],
+//!         session: Session::Inherit,
+//!     };
+//!     let child = SandboxCommand::new(SandboxConfig::default(), spec)
+//!         .stdout(Stdio::piped())
+//!         .spawn()
+//!         .expect("refused before starting: bad input or config");
+//!     match child.wait_with_output() {
+//!         Ok((Outcome::Exited(code), stdout, _stderr)) => println!("{code}: {stdout:?}"),
+//!         Ok((Outcome::Signaled(sig), _, _)) => println!("killed by {sig}"),
+//!         Err(e) => eprintln!("the Sandbox failed: {e}"),
+//!     }
+//! }
+//! ```
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
