@@ -365,6 +365,23 @@ fn detach_fuse_mounts(new_root: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
+/// Detach whatever the copy of the host root has mounted at `path` (the
+/// host's /proc with binfmt_misc, devtmpfs with /dev/pts and /dev/shm,
+/// sysfs with cgroup, bpf, debugfs, fusectl...), layer by layer, before a
+/// fresh filesystem goes there. Hidden mounts would be unreachable anyway,
+/// but they would still be listed in the command's mountinfo and keep host
+/// superblocks referenced. EINVAL means "not a mount point": done.
+fn detach_copies(path: &Path) -> Result<(), MountError> {
+    for _ in 0..16 {
+        match rustix::mount::unmount(path, UnmountFlags::DETACH) {
+            Ok(()) => continue,
+            Err(rustix::io::Errno::INVAL) => return Ok(()),
+            Err(e) => return step("detach the host's mount copied here", path, Err(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Where a /dev tmpfs gets its nodes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum DevSource {
@@ -388,6 +405,17 @@ fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountE
         let target = dev.join(name);
         touch(&target)?;
         bind(&from.join(name), &target, false, "bind device node")?;
+        // A bind keeps the source mount's flags (devtmpfs: suid, exec);
+        // a device node needs neither.
+        step(
+            "remount device node nosuid,noexec",
+            &target,
+            rustix::mount::mount_remount(
+                &target,
+                flags(libc::MS_BIND | libc::MS_NOSUID | libc::MS_NOEXEC),
+                "",
+            ),
+        )?;
     }
     let pts = dev.join("pts");
     mkdir_p(&pts, 0o755)?;
@@ -543,9 +571,11 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
         Some(b) => format!("mode=1777,size={b}"),
         None => "mode=1777".to_string(),
     };
+    let tmp = under(&new_root, "/tmp");
+    detach_copies(&tmp)?;
     mount(
         "tmpfs",
-        &under(&new_root, "/tmp"),
+        &tmp,
         "tmpfs",
         libc::MS_NOSUID | libc::MS_NODEV,
         &tmp_data,
@@ -555,6 +585,7 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     // 4b. /proc: a fresh procfs shows only the Sandbox's PID namespace
     //     (procfs takes the PID namespace of the mounting process).
     let proc_ = under(&new_root, "/proc");
+    detach_copies(&proc_)?;
     mount(
         "proc",
         &proc_,
@@ -570,16 +601,12 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     //     made read-only per mount: with the host's network namespace the
     //     kernel reuses the host's (rw) sysfs superblock, and asking for a
     //     read-only superblock there fails with EBUSY.
-    //     The copy of the host's /sys (with its submounts: cgroup, bpf,
-    //     debugfs, fusectl...) is detached first; with the host's network
-    //     namespace the new sysfs is the host's superblock, which the kernel
-    //     refuses to mount on top of itself (EBUSY, do_add_mount).
+    //     The copy of the host's /sys is detached first (detach_copies);
+    //     with the host's network namespace the new sysfs is the host's
+    //     superblock, which the kernel refuses to mount on top of itself
+    //     (EBUSY, do_add_mount).
     let sys = under(&new_root, "/sys");
-    match rustix::mount::unmount(&sys, UnmountFlags::DETACH) {
-        // EINVAL: not a mount point (a rootfs directory's empty /sys).
-        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
-        Err(e) => return step("detach the copied /sys", &sys, Err(e)),
-    }
+    detach_copies(&sys)?;
     let sys_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     mount("sysfs", &sys, "sysfs", sys_flags, "", "sysfs /sys")?;
     remount_ro(&sys, sys_flags, "remount /sys read-only")?;
@@ -589,6 +616,7 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     //     symlinks; then the tmpfs itself goes read-only so no command can
     //     add nodes or replace the symlinks. This is the commands' /dev.
     let dev = under(&new_root, "/dev");
+    detach_copies(&dev)?;
     populate_dev(&dev, Path::new("/dev"), DevSource::Host)?;
 
     // 4e. The daemon's /dev (only with `dev_fuse`): a second tmpfs stacked
