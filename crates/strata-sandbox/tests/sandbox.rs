@@ -480,3 +480,25 @@ fn host_network_on_request() {
     let (_, out, _) = run_in(cfg, probe(&["try-create", "/sys/x"]));
     assert_eq!(out.trim(), format!("errno={}", libc::EROFS));
 }
+
+#[test]
+fn mountinfo_shows_only_the_sandbox_view() {
+    let (o, out, _) = run(probe(&["cat", "/proc/self/mountinfo"]));
+    assert_eq!(o, Outcome::Exited(0));
+    let points: Vec<&str> = out.lines().filter_map(|l| l.split(' ').nth(4)).collect();
+    for p in ["/", "/tmp", "/proc", "/sys", "/dev"] {
+        assert_eq!(
+            points.iter().filter(|x| **x == p).count(),
+            1,
+            "{p} in {points:?}"
+        );
+    }
+    for p in &points {
+        let hidden_host =
+            p.starts_with("/sys/fs") || p.starts_with("/proc/sys") || *p == "/dev/mqueue";
+        assert!(
+            !hidden_host,
+            "host mount {p} copied into the Sandbox: {points:?}"
+        );
+    }
+}
