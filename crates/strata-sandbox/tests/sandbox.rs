@@ -201,22 +201,24 @@ fn bad_input_is_refused_before_spawning() {
 }
 
 #[test]
-fn sigterm_is_forwarded_to_the_command() {
+fn sigterm_and_sigint_are_forwarded_to_the_command() {
     require_root();
-    let child = SandboxCommand::new(SandboxConfig::default(), spec(&["sleep", "1000"]))
-        .init_exe(PROBE)
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
-    let start = Instant::now();
-    child.signal(libc::SIGTERM).expect("signal");
-    let o = child.wait().expect("wait");
-    assert_eq!(o, Outcome::Signaled(libc::SIGTERM));
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let child = SandboxCommand::new(SandboxConfig::default(), spec(&["sleep", "1000"]))
+            .init_exe(PROBE)
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(Duration::from_millis(300));
+        let start = Instant::now();
+        child.signal(sig).expect("signal");
+        let o = child.wait().expect("wait");
+        assert_eq!(o, Outcome::Signaled(sig));
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            start.elapsed()
+        );
+    }
 }
 
 #[test]
