@@ -4,6 +4,7 @@
 //! goal and whether it is met. See docs/benchmarks.md for the methodology.
 #![forbid(unsafe_code)]
 
+mod fs;
 mod report;
 mod store;
 
@@ -19,7 +20,7 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store).
+    /// Run only this group (store, fs).
     #[arg(long)]
     only: Option<String>,
     /// Also write the rows as JSON to this file.
@@ -53,7 +54,7 @@ fn main() -> anyhow::Result<()> {
         quick: args.quick,
         scratch: scratch.path().to_path_buf(),
     };
-    let groups: &[(&str, Group)] = &[("store", store::run)];
+    let groups: &[(&str, Group)] = &[("store", store::run), ("fs", fs::run)];
     let mut rows = Vec::new();
     for (name, f) in groups {
         if args.only.as_deref().is_some_and(|o| o != *name) {
