@@ -95,6 +95,11 @@ pub enum Command {
     Gc,
     /// Run a self-checking demo in a fresh temporary Store (ignores --store).
     Demo,
+    /// Run one command on a Workspace of a branch, with no root: the
+    /// Workspace appears at $STRATA_ROOT for that command only; its changes
+    /// are committed with --commit, discarded otherwise. Exits with the
+    /// command's status (a signal as 128+N); 125 if strata itself fails.
+    Run(crate::run::RunArgs),
 }
 
 #[derive(Debug, Args)]

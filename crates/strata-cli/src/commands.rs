@@ -104,6 +104,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Fsck => return fsck(&ctx),
         Command::Gc => gc(&ctx)?,
         Command::Demo => return crate::demo::run(&ctx),
+        Command::Run(a) => return crate::run::run(&ctx, a),
     }
     Ok(ExitCode::SUCCESS)
 }

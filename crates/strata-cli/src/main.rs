@@ -9,6 +9,7 @@ mod demo;
 mod output;
 mod progress;
 mod read;
+mod run;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -18,6 +19,9 @@ use strata_store::StoreError;
 const USAGE: u8 = 2;
 
 fn main() -> ExitCode {
+    // First, before anything can start a thread: `strata run` re-executes
+    // this binary as its single-threaded rootless helper.
+    strata_rootless::maybe_run_internal();
     // Usage errors (unknown flags, missing arguments) exit 2 inside clap.
     let cli = cli::Cli::parse();
     match commands::run(cli) {
