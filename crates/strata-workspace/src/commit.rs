@@ -34,7 +34,10 @@ fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 fn st_err(action: &'static str) -> impl Fn(StoreError) -> WsError {
-    move |source| WsError::Store { action, source }
+    move |source| WsError::Store {
+        action,
+        source: Box::new(source),
+    }
 }
 
 fn errno_err(action: &'static str) -> impl Fn(fuser::Errno) -> WsError {
@@ -399,6 +402,12 @@ impl State {
             (NodeKind::Symlink, Data::Symlink(t)) => (EntryKind::Symlink(t), mtime),
             (NodeKind::Fifo, _) => (EntryKind::Fifo, mtime),
             (NodeKind::Socket, _) => (EntryKind::Socket, mtime),
+            (NodeKind::CharDevice | NodeKind::BlockDevice, _) => {
+                return Err(WsError::Invalid(format!(
+                    "{:?} is a device node, which a Store cannot hold; remove it and commit again (nothing was committed)",
+                    String::from_utf8_lossy(&name)
+                )))
+            }
             (k, d) => {
                 return Err(WsError::Invalid(format!(
                     "inode {ino} is a {k:?} with data {d:?}"

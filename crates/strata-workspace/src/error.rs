@@ -12,7 +12,7 @@ pub enum WsError {
     Store {
         action: &'static str,
         #[source]
-        source: StoreError,
+        source: Box<StoreError>,
     },
 
     #[error("could not {action} {path}: {source}")]
@@ -62,7 +62,10 @@ pub enum WsError {
 
 impl WsError {
     pub(crate) fn store(action: &'static str) -> impl FnOnce(StoreError) -> WsError {
-        move |source| WsError::Store { action, source }
+        move |source| WsError::Store {
+            action,
+            source: Box::new(source),
+        }
     }
 
     pub(crate) fn io(

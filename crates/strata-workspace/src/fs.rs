@@ -213,16 +213,18 @@ impl Filesystem for WsFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let (kind, data) = match mode & libc::S_IFMT {
             libc::S_IFREG => (NodeKind::File, new_file_data()),
             libc::S_IFIFO => (NodeKind::Fifo, Data::None),
             libc::S_IFSOCK => (NodeKind::Socket, Data::None),
-            // A Store has no device nodes; refuse like a nodev filesystem
-            // that cannot represent them.
-            _ => return reply.error(Errno::EPERM),
+            // Creating device nodes is allowed (the mount is nodev, so they
+            // cannot be opened through it); committing them is not.
+            libc::S_IFCHR => (NodeKind::CharDevice, Data::Device(rdev)),
+            libc::S_IFBLK => (NodeKind::BlockDevice, Data::Device(rdev)),
+            _ => return reply.error(Errno::EINVAL),
         };
         self.entry(self.new_node(req, parent, name, kind, mode, data), reply);
     }

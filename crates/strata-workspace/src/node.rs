@@ -21,6 +21,10 @@ pub(crate) enum NodeKind {
     Symlink,
     Fifo,
     Socket,
+    /// Device nodes live only in the Workspace: a Store has no entry kind
+    /// for them, so commit refuses them by name (see `commit.rs`).
+    CharDevice,
+    BlockDevice,
 }
 
 impl NodeKind {
@@ -41,6 +45,8 @@ impl NodeKind {
             NodeKind::Symlink => fuser::FileType::Symlink,
             NodeKind::Fifo => fuser::FileType::NamedPipe,
             NodeKind::Socket => fuser::FileType::Socket,
+            NodeKind::CharDevice => fuser::FileType::CharDevice,
+            NodeKind::BlockDevice => fuser::FileType::BlockDevice,
         }
     }
 }
@@ -55,6 +61,8 @@ pub(crate) enum Data {
     Lower(FileContent),
     /// Bytes in `upper/<ino>`.
     Upper(UpperInfo),
+    /// The device number of a char/block device node.
+    Device(u32),
 }
 
 /// What an upper file was copied from, to tell "opened for writing" from

@@ -256,7 +256,7 @@ impl State {
                 mtime = m.mtime() * 1_000_000_000 + m.mtime_nsec();
                 ctime = ctime.max(m.ctime() * 1_000_000_000 + m.ctime_nsec());
             }
-            Data::None => {}
+            Data::None | Data::Device(_) => {}
         }
         let nlink = match n.kind {
             NodeKind::Dir => nsub.map(|s| s + 2).unwrap_or(1),
@@ -276,7 +276,10 @@ impl State {
             nlink,
             uid,
             gid,
-            rdev: 0,
+            rdev: match n.data {
+                Data::Device(d) => d,
+                _ => 0,
+            },
             blksize: 4096,
             flags: 0,
         })
