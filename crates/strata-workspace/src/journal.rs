@@ -37,12 +37,14 @@ impl Journal {
         };
         let conn = Connection::open(path).map_err(err("open"))?;
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
-             PRAGMA synchronous=NORMAL;
+            "PRAGMA synchronous=NORMAL;
+             PRAGMA journal_mode=WAL;
+             BEGIN;
              CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, rec BLOB NOT NULL);
              CREATE TABLE IF NOT EXISTS entries(parent INTEGER NOT NULL, name BLOB NOT NULL,
-                 child INTEGER, PRIMARY KEY(parent, name));",
+                 child INTEGER, PRIMARY KEY(parent, name));
+             COMMIT;",
         )
         .map_err(err("create tables"))?;
         Ok(Journal {
