@@ -51,6 +51,7 @@ pub mod cgroup;
 pub mod exec;
 mod init;
 pub mod internal;
+mod mountpoints;
 pub mod mounts;
 pub mod net;
 pub mod ns;

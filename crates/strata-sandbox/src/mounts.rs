@@ -76,7 +76,7 @@ pub enum MountError {
     BadTarget { target: PathBuf },
 }
 
-fn step<T>(
+pub(crate) fn step<T>(
     step: &'static str,
     path: impl AsRef<Path>,
     r: Result<T, impl Into<io::Error>>,
@@ -92,7 +92,7 @@ fn flags(bits: libc::c_ulong) -> MountFlags {
     MountFlags::from_bits_retain(bits as u32)
 }
 
-fn mount(
+pub(crate) fn mount(
     src: &str,
     target: &Path,
     fstype: &str,
@@ -112,7 +112,12 @@ fn mount(
     )
 }
 
-fn bind(src: &Path, target: &Path, recursive: bool, what: &'static str) -> Result<(), MountError> {
+pub(crate) fn bind(
+    src: &Path,
+    target: &Path,
+    recursive: bool,
+    what: &'static str,
+) -> Result<(), MountError> {
     let r = if recursive {
         rustix::mount::mount_bind_recursive(src, target)
     } else {
@@ -180,7 +185,7 @@ fn make_tree_readonly(target: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
-fn mkdir_p(path: &Path, mode: u32) -> Result<(), MountError> {
+pub(crate) fn mkdir_p(path: &Path, mode: u32) -> Result<(), MountError> {
     step(
         "mkdir",
         path,
@@ -191,7 +196,7 @@ fn mkdir_p(path: &Path, mode: u32) -> Result<(), MountError> {
     )
 }
 
-fn touch(path: &Path) -> Result<(), MountError> {
+pub(crate) fn touch(path: &Path) -> Result<(), MountError> {
     step(
         "create device mount point",
         path,
@@ -205,7 +210,7 @@ fn touch(path: &Path) -> Result<(), MountError> {
 }
 
 /// `p` relative to the staged root (`/x` -> `STAGING_ROOT/x`).
-fn under(root: &Path, p: &str) -> PathBuf {
+pub(crate) fn under(root: &Path, p: &str) -> PathBuf {
     root.join(p.trim_start_matches('/'))
 }
 
@@ -258,7 +263,7 @@ pub const HOST_ROOT_MASKED: &[&str] = &["/run"];
 /// does not exist. Symlinks are followed by canonicalize, so the result is
 /// checked to still be under `root`: a link to an absolute path would
 /// otherwise lead out to the host tree.
-fn inside(root: &Path, p: &Path) -> Result<Option<PathBuf>, MountError> {
+pub(crate) fn inside(root: &Path, p: &Path) -> Result<Option<PathBuf>, MountError> {
     if !crate::exec::is_clean_absolute(p) {
         return Err(MountError::BadTarget { target: p.into() });
     }
@@ -554,13 +559,23 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
         }
     }
 
-    // 3. Read-only for the whole staged tree (every submount of the host
-    //    root too), plus nosuid/nodev: nothing on the host tree may grant
-    //    privileges or expose device nodes.
+    // 2c. Mount points the caller asked for (e.g. /workspace), before the
+    //     read-only step so that it covers them too. Never written to the
+    //     host: see crate::mountpoints.
     let readonly = match root {
         RootFs::HostReadOnly => true,
         RootFs::Dir { readonly, .. } => *readonly,
     };
+    crate::mountpoints::create(
+        &new_root,
+        Path::new(STAGING_TMPFS),
+        &cfg.mountpoints,
+        !readonly,
+    )?;
+
+    // 3. Read-only for the whole staged tree (every submount of the host
+    //    root too), plus nosuid/nodev: nothing on the host tree may grant
+    //    privileges or expose device nodes.
     if readonly {
         make_tree_readonly(&new_root)?;
     }

@@ -69,6 +69,13 @@ pub struct SandboxConfig {
     /// the view is the host root. Missing paths are skipped.
     #[serde(default)]
     pub masked_paths: Vec<PathBuf>,
+    /// Empty directories (root-owned, 0755) that must exist in the
+    /// Sandbox's root, e.g. `/workspace` for Workspace mounts and bind
+    /// targets. Missing ones are added on a small read-only tmpfs layer
+    /// (`mountpoints` module): the host root is never written to. Existing
+    /// directories are left as they are.
+    #[serde(default)]
+    pub mountpoints: Vec<PathBuf>,
 }
 
 /// A [`SandboxConfig`] that cannot work; refused before anything starts.
@@ -84,6 +91,8 @@ pub enum ConfigError {
     BindSource(PathBuf),
     #[error("sandbox config: masked path {0} must be an absolute path without '..'")]
     Mask(PathBuf),
+    #[error("sandbox config: mount point {0} must be an absolute path without '..', not /")]
+    Mountpoint(PathBuf),
     #[error("sandbox config: rootfs {0} is not a directory")]
     Rootfs(PathBuf),
 }
@@ -113,6 +122,11 @@ impl SandboxConfig {
                 return Err(ConfigError::BindSource(b.source.clone()));
             }
         }
+        for m in &self.mountpoints {
+            if !crate::mountpoints::valid(m) {
+                return Err(ConfigError::Mountpoint(m.clone()));
+            }
+        }
         for m in &self.masked_paths {
             if !crate::exec::is_clean_absolute(m) {
                 return Err(ConfigError::Mask(m.clone()));
@@ -134,6 +148,7 @@ impl Default for SandboxConfig {
             binds: Vec::new(),
             dev_fuse: false,
             masked_paths: Vec::new(),
+            mountpoints: Vec::new(),
         }
     }
 }
