@@ -122,6 +122,7 @@ impl State {
     /// stat per upper file (files changed in this Workspace), not per file
     /// of the namespace.
     fn refresh_dirty(&mut self) -> Result<()> {
+        self.resolve_pending_groups()?;
         let uppers: Vec<u64> = self
             .nodes
             .iter()
@@ -144,6 +145,89 @@ impl State {
                 self.tx(|s| s.changed(ino))
                     .map_err(errno_err("journal a changed file"))?;
             }
+        }
+        Ok(())
+    }
+
+    /// A base hard-link group whose inode changed: every link must carry
+    /// the change, including links in directories never looked at. The
+    /// Store cannot list a group's paths, so walk the base trees below the
+    /// live directories once per group (O(namespace), but only when a base
+    /// hard-linked file changes) and resolve each link, which attaches it to
+    /// the group's inode and marks its directory for rebuild.
+    fn resolve_pending_groups(&mut self) -> Result<()> {
+        if self.pending_groups.is_empty() {
+            return Ok(());
+        }
+        let groups: BTreeSet<u64> = std::mem::take(&mut self.pending_groups);
+        self.scan_groups(ROOT, &groups)?;
+        self.scanned_groups.extend(groups);
+        Ok(())
+    }
+
+    fn scan_groups(&mut self, dir: u64, groups: &BTreeSet<u64>) -> Result<()> {
+        let d = self
+            .node(dir)
+            .map_err(errno_err("scan hard links"))?
+            .dir()
+            .expect("dir");
+        let children = d.children.clone();
+        let mut paths = Vec::new();
+        for (name, e) in self.base_entries(d.lower)? {
+            if !children.contains_key(&name) {
+                self.collect_group_paths(&e, vec![name], groups, &mut paths)?;
+            }
+        }
+        for path in paths {
+            let mut cur = dir;
+            let last = path.len() - 1;
+            for (i, comp) in path.iter().enumerate() {
+                match self
+                    .child(cur, comp)
+                    .map_err(errno_err("resolve a hard link"))?
+                {
+                    Some(c) if i == last => {
+                        let parent = cur;
+                        let _ = c;
+                        self.tx(|s| s.dirty_dir(parent))
+                            .map_err(errno_err("journal"))?;
+                    }
+                    Some(c) => cur = c,
+                    None => break,
+                }
+            }
+        }
+        for slot in children.values() {
+            if let Slot::Node(c) = slot {
+                if self
+                    .node(*c)
+                    .map(|n| n.kind == NodeKind::Dir)
+                    .unwrap_or(false)
+                {
+                    self.scan_groups(*c, groups)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn collect_group_paths(
+        &self,
+        e: &TreeEntry,
+        path: Vec<Vec<u8>>,
+        groups: &BTreeSet<u64>,
+        out: &mut Vec<Vec<Vec<u8>>>,
+    ) -> Result<()> {
+        match &e.kind {
+            EntryKind::File(_) if groups.contains(&e.link_group) => out.push(path),
+            EntryKind::Dir(t) => {
+                for c in self.store.list_tree(*t).map_err(st_err("list a tree"))? {
+                    let mut p = path.clone();
+                    p.push(c.name.clone());
+                    self.collect_group_paths(&c, p, groups, out)?;
+                }
+            }
+            _ => {}
         }
         Ok(())
     }

@@ -73,6 +73,10 @@ pub(crate) struct State {
     pub ids: IdMapping,
     /// Passthrough negotiated with the kernel for the live mount.
     pub passthrough: bool,
+    /// Base hard-link groups whose inode changed: their other links, in
+    /// directories nobody looked at, must be found before status/commit.
+    pub pending_groups: std::collections::BTreeSet<u64>,
+    pub scanned_groups: std::collections::HashSet<u64>,
 }
 
 impl State {
@@ -336,6 +340,10 @@ impl State {
     /// directory holding it for rebuild.
     pub(crate) fn changed(&mut self, ino: u64) -> R<()> {
         self.persist(ino)?;
+        let g = self.node(ino)?.link_group;
+        if g != 0 && !self.scanned_groups.contains(&g) {
+            self.pending_groups.insert(g);
+        }
         let parents: Vec<u64> = self.node(ino)?.links.iter().map(|l| l.0).collect();
         for p in parents {
             self.dirty_dir(p)?;

@@ -220,6 +220,9 @@ impl Workspace {
         for (ino, n) in &state.nodes {
             if n.link_group != 0 {
                 state.groups.insert(n.link_group, *ino);
+                // Other links of a changed base group are found again at
+                // the next status/commit (they were not journalled).
+                state.pending_groups.insert(n.link_group);
             }
         }
         // Upper files of nodes that were unlinked while open when the server
@@ -474,6 +477,8 @@ fn new_state(
         next_fh: 1,
         ids: Default::default(),
         passthrough: false,
+        pending_groups: Default::default(),
+        scanned_groups: Default::default(),
     })
 }
 

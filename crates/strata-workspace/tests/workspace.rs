@@ -173,11 +173,11 @@ fn status_kinds() {
         ("hard2".to_string(), ChangeKind::Modified),
         ("hello.txt".to_string(), ChangeKind::Modified),
         ("link".to_string(), ChangeKind::TypeChanged),
+        ("links/deep/hard3".to_string(), ChangeKind::Modified),
     ];
-    // hard2 is the same inode as hard1 but is only reported once it was
-    // resolved; accept both.
-    let without_hard2: Vec<_> = want.iter().filter(|w| w.0 != "hard2").cloned().collect();
-    assert!(st == want || st == without_hard2, "status was {st:?}");
+    // hard2 and links/deep/hard3 are the same inode as hard1, never looked
+    // up: status finds them anyway.
+    assert_eq!(st, want);
     // Status agrees with the Store's diff of what commit publishes.
     let base = fx.head();
     ws.commit("kinds").unwrap();
@@ -188,10 +188,35 @@ fn status_kinds() {
         .into_iter()
         .map(|c| (String::from_utf8(c.path).unwrap(), c.kind))
         .collect();
-    for s in &without_hard2 {
+    for s in &want {
         assert!(diff.contains(s), "{s:?} missing from diff {diff:?}");
     }
     h.unmount().unwrap();
+}
+
+#[test]
+fn base_hard_links_change_together() {
+    let fx = fixture();
+    let ws = fx.create();
+    let h = fx.mount(&ws, true);
+    // Only hard1 is ever looked up; hard2 and links/deep/hard3 are not.
+    std::fs::write(fx.p("hard1"), b"all three\n").unwrap();
+    ws.commit("hard links").unwrap();
+    h.unmount().unwrap();
+    let groups: Vec<u64> = [&b"hard1"[..], b"hard2", b"links/deep/hard3"]
+        .iter()
+        .map(|p| {
+            assert_eq!(
+                fx.bytes(p),
+                b"all three\n",
+                "{}",
+                String::from_utf8_lossy(p)
+            );
+            fx.entry(p).unwrap().link_group
+        })
+        .collect();
+    assert_ne!(groups[0], 0);
+    assert!(groups.iter().all(|g| *g == groups[0]), "{groups:?}");
 }
 
 #[test]

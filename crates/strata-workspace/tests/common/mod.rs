@@ -43,6 +43,8 @@ pub fn fixture() -> Fixture {
     std::os::unix::fs::symlink("hello.txt", src.join("link")).unwrap();
     std::fs::write(src.join("hard1"), b"linked\n").unwrap();
     std::fs::hard_link(src.join("hard1"), src.join("hard2")).unwrap();
+    std::fs::create_dir_all(src.join("links/deep")).unwrap();
+    std::fs::hard_link(src.join("hard1"), src.join("links/deep/hard3")).unwrap();
     std::fs::create_dir(src.join("todelete")).unwrap();
     std::fs::write(src.join("todelete/x"), b"x").unwrap();
     let store_dir = tmp.path().join("store");
