@@ -7,8 +7,8 @@ use clap::Args;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use strata_rootless::{CommandStatus, Disposition, RunSpec};
 use strata_rootless::CommitOutcome;
+use strata_rootless::{CommandStatus, Disposition, RunSpec};
 
 /// Exit code of `strata run` when strata itself fails (not the command):
 /// the docker/podman/env convention, so it is never mistaken for the

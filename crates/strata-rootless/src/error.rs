@@ -110,7 +110,7 @@ pub enum RunError {
     #[error("create the scratch directory: {0}")]
     Scratch(#[source] std::io::Error),
     #[error("{0}")]
-    Workspace(#[from] strata_workspace::WsError),
+    Workspace(Box<strata_workspace::WsError>),
     #[error("socketpair(2) for the helper channel: {0}")]
     Channel(#[source] std::io::Error),
     #[error("spawn the rootless helper (/proc/self/exe): {0}")]
@@ -129,16 +129,22 @@ pub enum RunError {
         failure: SpawnFailure,
     },
     #[error("serve the Workspace on the FUSE fd: {0}")]
-    Serve(#[source] strata_workspace::WsError),
+    Serve(#[source] Box<strata_workspace::WsError>),
     #[error("the FUSE session did not end within {0:?} after the command exited (a process is still holding the mount's namespace)")]
     MountLingers(std::time::Duration),
     #[error("commit failed: {source}; the uncommitted Workspace {id} is kept under {scratch}")]
     Commit {
         #[source]
-        source: strata_workspace::WsError,
+        source: Box<strata_workspace::WsError>,
         id: String,
         scratch: PathBuf,
     },
+}
+
+impl From<strata_workspace::WsError> for RunError {
+    fn from(e: strata_workspace::WsError) -> Self {
+        RunError::Workspace(Box::new(e))
+    }
 }
 
 impl std::fmt::Display for SpawnFailure {

@@ -43,7 +43,11 @@ pub(crate) fn main(args: Vec<OsString>) -> i32 {
     if rc != 0 || unsafe { st.assume_init() }.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         eprintln!(
             "strata: {}",
-            HelperError::BadChannel(if rc != 0 { Errno::last() } else { Errno(libc::ENOTSOCK) })
+            HelperError::BadChannel(if rc != 0 {
+                Errno::last()
+            } else {
+                Errno(libc::ENOTSOCK)
+            })
         );
         return 125;
     }
@@ -74,7 +78,9 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
         .and_then(|p| p.to_str().and_then(|s| s.parse().ok()))
         .ok_or_else(|| HelperError::BadInvocation("no parent pid".into()))?;
     if it.next().as_deref() != Some(std::ffi::OsStr::new("--")) {
-        return Err(HelperError::BadInvocation("expected `--` after the pid".into()));
+        return Err(HelperError::BadInvocation(
+            "expected `--` after the pid".into(),
+        ));
     }
     let argv: Vec<CString> = it
         .map(|a| sys::cstring(a.as_bytes()))
@@ -108,8 +114,8 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     };
     let mountpoint = sys::cstring(&setup.mountpoint)
         .map_err(|_| HelperError::BadInvocation("NUL in mountpoint".into()))?;
-    let cwd = sys::cstring(&setup.cwd)
-        .map_err(|_| HelperError::BadInvocation("NUL in cwd".into()))?;
+    let cwd =
+        sys::cstring(&setup.cwd).map_err(|_| HelperError::BadInvocation("NUL in cwd".into()))?;
 
     // The terminal's Ctrl-C / Ctrl-\ go to the whole foreground process
     // group; they are for the command (which gets default dispositions
@@ -142,8 +148,7 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     // may only map its own ids, and must deny setgroups(2) before writing
     // gid_map (user_namespaces(7)). This single mapping is why ids on the
     // FUSE wire need translating (see IdMapping::SingleUser in the parent).
-    sys::write_file_once(c"/proc/self/setgroups", b"deny")
-        .map_err(HelperError::WriteSetgroups)?;
+    sys::write_file_once(c"/proc/self/setgroups", b"deny").map_err(HelperError::WriteSetgroups)?;
     sys::write_file_once(c"/proc/self/uid_map", format!("0 {uid} 1\n").as_bytes())
         .map_err(HelperError::WriteUidMap)?;
     sys::write_file_once(c"/proc/self/gid_map", format!("0 {gid} 1\n").as_bytes())

@@ -96,7 +96,10 @@ impl CommandStatus {
 /// What happened to the Workspace's changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Disposition {
-    Committed { outcome: CommitOutcome, branch: String },
+    Committed {
+        outcome: CommitOutcome,
+        branch: String,
+    },
     Discarded,
 }
 
@@ -154,10 +157,16 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
         .scratch_parent
         .clone()
         .unwrap_or_else(std::env::temp_dir);
+    sweep_stale_scratch(&scratch_parent);
     let scratch = tempfile::Builder::new()
-        .prefix("strata-run-")
+        .prefix(SCRATCH_PREFIX)
+        // Holds the command's uncommitted files: private to the user.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir_in(&scratch_parent)
         .map_err(RunError::Scratch)?;
+    // Held for the whole run: a later run that can take it knows this one
+    // died (SIGKILL leaves no chance to clean up) and removes the leftovers.
+    let _run_lock = lock_scratch(scratch.path()).map_err(RunError::Scratch)?;
     let mut created_at = None;
     let mountpoint = match &spec.at {
         None => {
@@ -233,8 +242,10 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
                 let id = ws.id().to_string();
                 drop(ws);
                 let kept = scratch.keep();
+                // Without its lock file a kept scratch is never swept.
+                let _ = std::fs::remove_file(kept.join(RUN_LOCK));
                 return Err(RunError::Commit {
-                    source,
+                    source: Box::new(source),
                     id,
                     scratch: kept.join("ws"),
                 });
@@ -295,7 +306,14 @@ fn serve_and_run(
                 return Err(std::io::Error::last_os_error());
             }
             // Covers the window until the helper sets it itself.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) < 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -306,7 +324,16 @@ fn serve_and_run(
     drop(theirs);
     let mut helper = HelperGuard(Some(child));
     let mut session = SessionGuard(None);
-    let r = talk(ws, spec, mountpoint, uid, gid, &ours, &mut helper, &mut session);
+    let r = talk(
+        ws,
+        spec,
+        mountpoint,
+        uid,
+        gid,
+        &ours,
+        &mut helper,
+        &mut session,
+    );
     if r.is_err() {
         // Any error of ours takes the namespace (and so the mount) down
         // first, then waits for the session to notice.
@@ -350,7 +377,10 @@ fn talk(
     // write-opens with EACCES, while reads look healthy. No
     // default_permissions: owners would render as nobody in the namespace.
     let opts = mount_options(uid, gid);
-    session.0 = Some(ws.serve_fd(fd, &opts).map_err(RunError::Serve)?);
+    session.0 = Some(
+        ws.serve_fd(fd, &opts)
+            .map_err(|e| RunError::Serve(Box::new(e)))?,
+    );
 
     proto::send(ours.as_fd(), &ToHelper::Serving, None)?;
     let status = match recv_or_exit(ours, helper)? {
@@ -363,7 +393,12 @@ fn talk(
             })
         }
         (FromHelper::Failed(e), _) => return Err(RunError::Helper(e)),
-        (m, _) => return Err(RunError::Unexpected(format!("{m:?}"), "the command's status")),
+        (m, _) => {
+            return Err(RunError::Unexpected(
+                format!("{m:?}"),
+                "the command's status",
+            ))
+        }
     };
     helper.wait();
     // The namespace is empty now, so the mount is gone and the kernel ends
@@ -430,13 +465,15 @@ struct SessionGuard(Option<strata_workspace::MountHandle>);
 
 impl SessionGuard {
     fn join(&mut self, timeout: Duration) -> Result<(), RunError> {
-        let Some(h) = self.0.take() else { return Ok(()) };
+        let Some(h) = self.0.take() else {
+            return Ok(());
+        };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(h.join());
         });
         match rx.recv_timeout(timeout) {
-            Ok(r) => r.map_err(RunError::Serve),
+            Ok(r) => r.map_err(|e| RunError::Serve(Box::new(e))),
             Err(_) => Err(RunError::MountLingers(timeout)),
         }
     }
@@ -486,6 +523,48 @@ impl Drop for IgnoreTerminalSignals {
             unsafe {
                 libc::sigaction(*sig, old, std::ptr::null_mut());
             }
+        }
+    }
+}
+
+const SCRATCH_PREFIX: &str = "strata-run-";
+const RUN_LOCK: &str = "run.lock";
+
+fn lock_scratch(dir: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::File::create(dir.join(RUN_LOCK))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive)?;
+    Ok(f)
+}
+
+/// Remove the scratch directories of our runs that were killed (their
+/// run lock is free: flock(2) dies with its holder). Best effort.
+fn sweep_stale_scratch(parent: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if !e
+            .file_name()
+            .as_bytes()
+            .starts_with(SCRATCH_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let Ok(m) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if !m.is_dir() || m.uid() != me {
+            continue;
+        }
+        // No lock file yet: a run that is just starting. Leave it.
+        let Ok(f) = std::fs::File::open(e.path().join(RUN_LOCK)) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            tracing::debug!(path = %e.path().display(), "removing the scratch of a killed run");
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }

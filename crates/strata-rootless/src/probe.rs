@@ -31,7 +31,11 @@ pub enum Problem {
     /// /dev/fuse exists but this user cannot open it read-write.
     DevFuseDenied { mode: u32, uid: u32, gid: u32 },
     /// A sysctl turns unprivileged user namespaces off.
-    UserNamespacesOff { sysctl: &'static str, value: String, fix: &'static str },
+    UserNamespacesOff {
+        sysctl: &'static str,
+        value: String,
+        fix: &'static str,
+    },
 }
 
 impl std::fmt::Display for Problem {
@@ -123,8 +127,11 @@ pub fn gather() -> Facts {
     let dev = Path::new("/dev/fuse");
     let dev_fuse = std::fs::metadata(dev).ok().map(|m| {
         // access(2) uses the real ids, like the open the helper will make.
-        let rw = rustix::fs::access(dev, rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK)
-            .is_ok();
+        let rw = rustix::fs::access(
+            dev,
+            rustix::fs::Access::READ_OK | rustix::fs::Access::WRITE_OK,
+        )
+        .is_ok();
         (m.mode() & 0o7777, m.uid(), m.gid(), rw)
     });
     let sysctls = USERNS_SYSCTLS

@@ -148,7 +148,8 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
     if r.bytes == 0 {
         return Err(ProtoError::Eof);
     }
-    let msg: T = postcard::from_bytes(&buf[..r.bytes]).map_err(|e| ProtoError::Decode(e.to_string()))?;
+    let msg: T =
+        postcard::from_bytes(&buf[..r.bytes]).map_err(|e| ProtoError::Decode(e.to_string()))?;
     if fds.len() > 1 {
         return Err(ProtoError::UnexpectedFd);
     }
@@ -219,7 +220,10 @@ mod tests {
         let fl = rustix::io::fcntl_getfd(&g).unwrap();
         assert!(fl.contains(rustix::io::FdFlags::CLOEXEC));
         drop(a);
-        assert!(matches!(recv::<FromHelper>(b.as_fd()), Err(ProtoError::Eof)));
+        assert!(matches!(
+            recv::<FromHelper>(b.as_fd()),
+            Err(ProtoError::Eof)
+        ));
     }
 
     #[test]

@@ -12,7 +12,11 @@ pub struct Errno(pub i32);
 
 impl Errno {
     pub fn last() -> Errno {
-        Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        Errno(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
     }
 }
 
@@ -40,8 +44,16 @@ pub fn cstring(b: &[u8]) -> SysResult<CString> {
 pub fn set_pdeathsig_kill() -> SysResult<()> {
     // SAFETY: PR_SET_PDEATHSIG takes one integer argument; no memory is
     // passed to the kernel.
-    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })
-        .map(drop)
+    check(unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })
+    .map(drop)
 }
 
 /// unshare(2).
