@@ -295,6 +295,10 @@ cd "$STRATA_ROOT"
 [ "$(pwd)" = "$STRATA_ROOT" ]
 grep -q " $STRATA_ROOT fuse" /proc/self/mounts
 cat keep.txt >/dev/null
+# Every owner is reported as 0, which this namespace maps to the user: not
+# nobody (65534), which an unmapped owner would render as.
+[ "$(stat -c %u:%g keep.txt)" = 0:0 ]
+[ "$(stat -c %u:%g .)" = 0:0 ]
 echo new > new.txt
 mkdir newdir
 echo deep > newdir/f.txt
@@ -547,11 +551,32 @@ fn killing_the_parent_leaves_no_mount_and_no_process() {
         1,
         "expected the killed run's scratch: {killed:?}"
     );
+    let pins = |f: &Fixture| -> i64 {
+        let (_s, _h, copy) = f.read_back();
+        let db = rusqlite::Connection::open(copy.path().join("store/strata.db")).unwrap();
+        db.query_row(
+            "SELECT count(*) FROM pins WHERE holder LIKE 'workspace:%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        pins(&f),
+        1,
+        "the killed run's Workspace should still pin its base"
+    );
     let out = f.user(&["run", "p/main", "--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     assert!(
         !killed[0].exists(),
         "the killed run's scratch was not swept"
+    );
+    // ...and its Workspace's pin on the base commit is released.
+    assert_eq!(
+        pins(&f),
+        0,
+        "the killed run's Workspace pin was not released"
     );
 }
 
@@ -584,6 +609,68 @@ fn killing_the_command_ends_the_run_with_128_plus_9() {
         Duration::from_secs(10),
         || user_pids().is_empty(),
     );
+}
+
+/// Host pids of uid 1500's processes whose cmdline contains `needle`.
+fn user_pids_with(needle: &str) -> Vec<u32> {
+    user_pids()
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// The helper (the parent of the namespace init) and the init (pid 1 of
+/// the command's PID namespace) both run as `strata __rootless-helper`.
+fn helper_and_init() -> (u32, u32) {
+    let hs = user_pids_with("__rootless-helper");
+    assert_eq!(hs.len(), 2, "expected helper and init: {hs:?}");
+    let ppid = |p: u32| -> u32 {
+        let st = std::fs::read_to_string(format!("/proc/{p}/status")).unwrap();
+        st.lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    if ppid(hs[1]) == hs[0] {
+        (hs[0], hs[1])
+    } else {
+        assert_eq!(ppid(hs[0]), hs[1]);
+        (hs[1], hs[0])
+    }
+}
+
+#[test]
+fn a_dead_helper_or_init_is_an_error_never_an_exit_status() {
+    // BRIEF section 4: a helper failure must surface as an error, never as
+    // a plausible exit status (SIGKILL would otherwise read as 137).
+    let f = Fixture::new(0o666, base_tree);
+    let sync = f.path("sync");
+    for (victim, want) in [(0, "rootless helper exited"), (1, "namespace init ended")] {
+        let _ = std::fs::remove_file(sync.join("ready"));
+        let script = format!(r#"touch {0}/ready; exec sleep 1000"#, s(&sync));
+        let mut child = f
+            .user(&["run", "p/main", "--commit", "--", "sh", "-c", &script])
+            .spawn_output_later();
+        wait_for("the command to be ready", Duration::from_secs(60), || {
+            sync.join("ready").exists() || child.try_wait_done()
+        });
+        let (helper, init) = helper_and_init();
+        kill9(if victim == 0 { helper } else { init });
+        let out = child.finish();
+        assert_eq!(out.status.code(), Some(RUN_FAILED), "{}", stderr(&out));
+        assert!(stderr(&out).contains(want), "{}", stderr(&out));
+        wait_for(
+            "every uid 1500 process to go",
+            Duration::from_secs(10),
+            || user_pids().is_empty(),
+        );
+    }
+    assert!(!host_mounts().contains("/strata-run-"));
 }
 
 #[test]

@@ -157,7 +157,7 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
         .scratch_parent
         .clone()
         .unwrap_or_else(std::env::temp_dir);
-    sweep_stale_scratch(&scratch_parent);
+    sweep_stale_scratch(store, &scratch_parent);
     let scratch = tempfile::Builder::new()
         .prefix(SCRATCH_PREFIX)
         // Holds the command's uncommitted files: private to the user.
@@ -167,6 +167,11 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
     // Held for the whole run: a later run that can take it knows this one
     // died (SIGKILL leaves no chance to clean up) and removes the leftovers.
     let _run_lock = lock_scratch(scratch.path()).map_err(RunError::Scratch)?;
+    std::fs::write(
+        scratch.path().join(STORE_FILE),
+        store_key(store).as_os_str().as_bytes(),
+    )
+    .map_err(RunError::Scratch)?;
     let mut created_at = None;
     let mountpoint = match &spec.at {
         None => {
@@ -536,11 +541,25 @@ fn lock_scratch(dir: &Path) -> std::io::Result<std::fs::File> {
     Ok(f)
 }
 
-/// Remove the scratch directories of our runs that were killed (their
-/// run lock is free: flock(2) dies with its holder). Best effort.
-fn sweep_stale_scratch(parent: &Path) {
+/// Which Store a scratch directory belongs to.
+const STORE_FILE: &str = "store";
+
+fn store_key(store: &Store) -> PathBuf {
+    store
+        .dir()
+        .canonicalize()
+        .unwrap_or_else(|_| store.dir().to_path_buf())
+}
+
+/// Remove the scratch directories of our runs on this Store that were
+/// killed (their run lock is free: flock(2) dies with its holder), and
+/// release their Workspaces through the Workspace API (open, then discard:
+/// that also drops the Store pin on the base commit). Best effort; scratch
+/// of other Stores is left for a run on them.
+fn sweep_stale_scratch(store: &Store, parent: &Path) {
     use std::os::unix::fs::MetadataExt;
     let me = rustix::process::geteuid().as_raw();
+    let key = store_key(store);
     let Ok(rd) = std::fs::read_dir(parent) else {
         return;
     };
@@ -552,20 +571,39 @@ fn sweep_stale_scratch(parent: &Path) {
         {
             continue;
         }
-        let Ok(m) = e.path().symlink_metadata() else {
+        let dir = e.path();
+        let Ok(m) = dir.symlink_metadata() else {
             continue;
         };
         if !m.is_dir() || m.uid() != me {
             continue;
         }
-        // No lock file yet: a run that is just starting. Leave it.
-        let Ok(f) = std::fs::File::open(e.path().join(RUN_LOCK)) else {
+        // No lock file: a run that is just starting, or a kept scratch.
+        let Ok(f) = std::fs::File::open(dir.join(RUN_LOCK)) else {
             continue;
         };
-        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok() {
-            tracing::debug!(path = %e.path().display(), "removing the scratch of a killed run");
-            let _ = std::fs::remove_dir_all(e.path());
+        if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue;
         }
+        match std::fs::read(dir.join(STORE_FILE)) {
+            Ok(k) if k == key.as_os_str().as_bytes() => {}
+            // Killed before it wrote the file: no Workspace, no pin.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            _ => continue,
+        }
+        let ws_root = dir.join("ws");
+        for id in Workspace::list(&ws_root).unwrap_or_default() {
+            match Workspace::open(store, &id, &ws_root, &WorkspaceOptions::default()) {
+                Ok(ws) => {
+                    if let Err(err) = ws.discard() {
+                        tracing::warn!(%id, %err, "discard the Workspace of a killed run");
+                    }
+                }
+                Err(err) => tracing::warn!(%id, %err, "open the Workspace of a killed run"),
+            }
+        }
+        tracing::debug!(path = %dir.display(), "removing the scratch of a killed run");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -621,6 +659,25 @@ mod tests {
         assert!(check_cwd(Path::new("/tmp/m"), Path::new("/tmp/m")).is_err());
         assert!(check_cwd(Path::new("/tmp/mm"), Path::new("/tmp/m")).is_ok());
         assert!(check_cwd(Path::new("/tmp"), Path::new("/tmp/m")).is_ok());
+    }
+
+    #[test]
+    fn rootless_mount_options_map_ids_and_skip_default_permissions() {
+        // BRIEF section 4: the mount's namespace maps exactly one id, so
+        // every owner goes out as 0 and 0 comes back as the invoking user;
+        // and no default_permissions (owners would render as nobody).
+        let o = mount_options(1500, 1501);
+        assert_eq!(o.default_permissions, Some(false));
+        assert!(!o.allow_other);
+        assert_eq!(o.id_mapping.outbound(1500, 1501), (0, 0));
+        assert_eq!(o.id_mapping.outbound(42, 43), (0, 0));
+        assert_eq!(o.id_mapping.inbound_uid(0), 1500);
+        assert_eq!(o.id_mapping.inbound_gid(0), 1501);
+        assert!(
+            !o.passthrough,
+            "open_backing needs root in the initial namespace"
+        );
+        assert!(mount_options(0, 0).passthrough);
     }
 
     #[test]
