@@ -51,13 +51,45 @@ enum Cur {
     Entry(TreeEntry),
 }
 
+/// Hash `files` (see [`State::files_to_hash`]) with no lock held. A file that
+/// vanished meanwhile is skipped: the tree walk decides what is committed.
+pub(crate) fn prehash(store: &strata_store::Store, files: ToHash) -> Result<Prehashed> {
+    let mut out = HashMap::new();
+    for (ino, path, origin) in files {
+        let Ok(m) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let (size, mtime) = (m.size(), m.mtime() * 1_000_000_000 + m.mtime_nsec());
+        match store.write_file_from_path(&path, origin.as_ref()) {
+            Ok(c) => {
+                out.insert(ino, (c, size, mtime));
+            }
+            Err(e) if !path.exists() => {
+                tracing::debug!("{} vanished while hashing: {e}", path.display())
+            }
+            Err(e) => return Err(st_err("store a changed file")(e)),
+        }
+    }
+    Ok(out)
+}
+
 /// What commit computed, applied to the state only once the branch moved.
 #[derive(Default)]
 struct Built {
     dirs: Vec<(u64, ObjectId)>,
     files: HashMap<u64, (FileContent, u64, i64)>,
     groups: HashMap<u64, u64>,
+    /// Contents hashed before the tree walk, without the state lock; used
+    /// only if the file's size and mtime did not move since.
+    pre: Prehashed,
 }
+
+/// Changed upper files hashed outside the state lock: inode -> (content,
+/// size and mtime sampled before hashing).
+pub(crate) type Prehashed = HashMap<u64, (FileContent, u64, i64)>;
+
+/// An upper file to hash outside the lock: inode, path, origin (for deltas).
+pub(crate) type ToHash = Vec<(u64, std::path::PathBuf, Option<FileContent>)>;
 
 impl State {
     fn upper_size_mtime(&self, ino: u64) -> Result<(u64, i64)> {
@@ -472,8 +504,10 @@ impl State {
                     // with the hash leaves them different, so the next
                     // status still sees the file as changed.
                     let (size, m) = self.upper_size_mtime(ino)?;
+                    let pre = built.pre.get(&ino).filter(|p| (p.1, p.2) == (size, m));
                     let c = match (&u.origin, self.upper_changed(ino)?) {
                         (Some(o), false) => o.clone(),
+                        _ if pre.is_some() => pre.expect("checked").0.clone(),
                         _ => self
                             .store
                             .write_file_from_path(&self.upper_path(ino), u.origin.as_ref())
@@ -510,7 +544,41 @@ impl State {
         })
     }
 
-    pub(crate) fn commit(&mut self, message: &str) -> Result<CommitOutcome> {
+    /// Changed upper files, to be hashed without holding the state lock (so
+    /// that FUSE operations go on while big files are chunked).
+    pub(crate) fn files_to_hash(&mut self) -> Result<ToHash> {
+        self.refresh_dirty()?;
+        // A moved branch is a conflict before anything is written.
+        let head = self
+            .store
+            .branch_head(&self.branch)
+            .map_err(st_err("read the branch head"))?;
+        if head != self.base {
+            return Err(WsError::Conflict {
+                branch: self.branch.to_string(),
+                base: self.base,
+                actual: head,
+            });
+        }
+        let uppers: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.data, Data::Upper(_)) && !n.links.is_empty())
+            .map(|(i, _)| *i)
+            .collect();
+        let mut out = Vec::new();
+        for ino in uppers {
+            if self.upper_changed(ino)? {
+                let Data::Upper(u) = &self.node(ino).map_err(errno_err("commit"))?.data else {
+                    continue;
+                };
+                out.push((ino, self.upper_path(ino), u.origin.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn commit(&mut self, message: &str, pre: Prehashed) -> Result<CommitOutcome> {
         if self.status()?.is_empty() {
             return Ok(CommitOutcome::UpToDate);
         }
@@ -525,7 +593,10 @@ impl State {
                 actual: head,
             });
         }
-        let mut built = Built::default();
+        let mut built = Built {
+            pre,
+            ..Default::default()
+        };
         let tree = self.build_dir(ROOT, &mut built)?;
         let mut meta = BTreeMap::new();
         meta.insert("workspace".to_string(), self.id.clone());

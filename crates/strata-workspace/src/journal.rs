@@ -5,6 +5,8 @@
 //! the same state. WAL with synchronous=NORMAL: a process crash loses
 //! nothing (the WAL is in the page cache); only a power loss may drop the
 //! last transactions, which is also what an unsynced file write risks.
+//! `locking_mode=EXCLUSIVE`: one server per Workspace holds the flock anyway,
+//! so SQLite's per-transaction fcntl locks and shared memory are pure cost.
 
 use crate::error::{Result, WsError};
 use crate::node::NodeRecord;
@@ -37,8 +39,10 @@ impl Journal {
         };
         let conn = Connection::open(path).map_err(err("open"))?;
         conn.execute_batch(
-            "PRAGMA synchronous=NORMAL;
+            "PRAGMA locking_mode=EXCLUSIVE;
+             PRAGMA synchronous=NORMAL;
              PRAGMA journal_mode=WAL;
+             PRAGMA wal_autocheckpoint=16384;
              BEGIN;
              CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, rec BLOB NOT NULL);

@@ -28,6 +28,7 @@ pub(crate) struct Shared {
     pub id: String,
     pub dir: PathBuf,
     pub mounted: AtomicBool,
+    pub commit_lock: Mutex<()>,
     /// Held (flock) while this Workspace is open: one server per ID.
     _lock: File,
 }
@@ -273,6 +274,7 @@ impl Workspace {
                 id,
                 dir,
                 mounted: AtomicBool::new(false),
+                commit_lock: Mutex::new(()),
                 _lock: lock,
             }),
         }
@@ -315,7 +317,19 @@ impl Workspace {
     /// changes returns `UpToDate` and writes nothing. If the branch moved,
     /// returns `WsError::Conflict` and changes nothing.
     pub fn commit(&self, message: &str) -> Result<CommitOutcome> {
-        self.st().commit(message)
+        // One commit at a time; the state lock is released while changed
+        // files are chunked and hashed, then taken again for the tree walk.
+        let _one = self
+            .shared
+            .commit_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (store, files) = {
+            let mut st = self.st();
+            (st.store.clone(), st.files_to_hash()?)
+        };
+        let pre = crate::commit::prehash(&store, files)?;
+        self.st().commit(message, pre)
     }
 
     /// Drop all uncommitted changes and the Workspace itself (scratch
