@@ -1,40 +1,27 @@
-//! The Backend contract (BRIEF §3, B1–B10), as types. Not implemented yet:
-//! the native backend will be built on [`crate::ns`] and [`crate::exec`],
-//! the Docker and microVM backends later, as added arms, not API changes.
+//! The Backend contract (BRIEF §3, B1–B10). [`crate::NativeBackend`]
+//! implements it on [`crate::ns`] and [`crate::exec`]; the Docker and
+//! microVM backends come later, as added arms, not API changes.
 //!
 //! | step | method |
 //! |---|---|
 //! | B1 create (rootfs or host root, labels, one full unique ID, no adoption by name) | [`Backend::create`] |
-//! | B2 attach the Store | [`CreateRequest::store`], checked by [`Backend::create`] |
-//! | B3 install the daemon binary (0755) and its private config (0600) | [`Backend::install_daemon`] |
+//! | B2 attach the Store | [`CreateRequest::store`], bound at [`DaemonPaths::store`] by [`Backend::start`] |
+//! | B3 install the daemon binary (0755) and its private config (0600) | [`Backend::create`] writes the token, [`Backend::install_daemon`] the config |
 //! | B4 start the daemon as root with CAP_SYS_ADMIN and /dev/fuse under a reaping init | [`Backend::start`] |
 //! | B5 startup marker, bounded log tail on failure | [`Backend::start`] returns [`Started`]; [`Backend::log_tail`] |
-//! | B6 a private endpoint | [`Endpoint`], in [`Started`] and [`SandboxInfo`] |
+//! | B6 a private endpoint | [`Endpoint`] + [`SandboxInfo::token_file`] |
 //! | B7 exec (nonroot, argv, env, cwd, stdin+EOF, separate streams, exit, ID, cancel) | daemon API over B6; [`ExecRequest`] is its shape |
 //! | B8 reopen by exact ID (running vs stopped, config readable) | [`Backend::open`] |
 //! | B9 stop then delete; the Store survives | [`Backend::stop`], [`Backend::delete`] |
 //! | B10 discover by label or name prefix | [`Backend::list`] |
-
 //!
-//! How the native backend maps onto this crate:
-//!
-//! * B1/B4: [`crate::SandboxCommand::privileged`] starts the daemon as root
-//!   with capabilities under the Sandbox's init, with
-//!   [`crate::SandboxConfig::dev_fuse`] so that it can serve Workspaces,
-//!   [`crate::SandboxConfig::masked_paths`] holding the Store's directory
-//!   (commands never see it), `report_path` in the Sandbox's state
-//!   directory and `process_group(0)` so it outlives the creating CLI.
-//! * B5: the daemon's stdout (startup marker) and log go to files in the
-//!   state directory; the monitor's report says how the Sandbox ended.
-//! * B7: the daemon runs each command with [`crate::exec_helper_command`]
-//!   (privilege drop, seccomp, Session for cancel by process group and PTY
-//!   mode), inside the Sandbox's namespaces.
-//! * B8: the record holds the monitor's host pid and the report path;
-//!   "running" is "pid alive and no report yet" ([`crate::read_report`]).
-//! * B9: SIGTERM to the monitor reaches the daemon through PID 1; SIGKILL
-//!   of the monitor takes the whole PID namespace down (PR_SET_PDEATHSIG).
-//! * Probe: [`crate::run_selfcheck`] and
-//!   [`crate::host_allows_unprivileged_userns`].
+//! The backend knows nothing of the daemon's wire format or config type
+//! (layering: the daemon and the SDK sit above this crate). The caller
+//! creates the Sandbox, learns where the daemon's files are
+//! ([`SandboxInfo::daemon`], paths as the daemon sees them), serializes the
+//! daemon's config with those paths and hands it over as opaque bytes with
+//! the daemon's arguments ([`DaemonInstall`]), then starts it. [`launch`]
+//! does the three steps and deletes the Sandbox if one fails.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -48,9 +35,25 @@ use crate::exec::Identity;
 use crate::mounts::RootFs;
 use crate::net::Network;
 
+/// First word of the daemon's one-line startup marker on stdout:
+/// `STRATA-DAEMON-READY socket=<path> pid=<pid>` (B5).
+pub const DAEMON_MARKER: &str = "STRATA-DAEMON-READY";
+
 /// One full unique Sandbox ID (never a prefix, never a name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct SandboxId(pub String);
+
+impl SandboxId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// Which backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,7 +67,8 @@ pub enum BackendKind {
 /// B1/B2: what to create.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreateRequest {
-    /// Unique among live Sandboxes; an existing name is refused, never adopted.
+    /// Unique among existing Sandboxes; an existing name is refused, never
+    /// adopted. 1-64 characters of `[A-Za-z0-9._-]` (it is the hostname).
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// Pinned image/rootfs or the host root (native).
@@ -76,6 +80,70 @@ pub struct CreateRequest {
     /// B2: the Store directory the daemon serves Workspaces from. Commands
     /// never see it.
     pub store: PathBuf,
+    /// Empty directories that must exist in the Sandbox, e.g. `/workspace`
+    /// for Workspace mounts ([`crate::SandboxConfig::mountpoints`]).
+    #[serde(default)]
+    pub mountpoints: Vec<PathBuf>,
+    /// B3: the strata binary, which is both the Sandbox's init and the
+    /// daemon (it calls [`crate::maybe_run_internal`] first in `main`).
+    /// Default: the current executable.
+    #[serde(default)]
+    pub daemon_exe: Option<PathBuf>,
+}
+
+impl CreateRequest {
+    /// Defaults for everything but the Store: host root, no network, no
+    /// limits, `/workspace` as a mount point.
+    pub fn new(store: impl Into<PathBuf>) -> Self {
+        CreateRequest {
+            name: None,
+            labels: BTreeMap::new(),
+            root: RootFs::HostReadOnly,
+            image: None,
+            network: Network::None,
+            limits: Limits::default(),
+            store: store.into(),
+            mountpoints: vec![PathBuf::from("/workspace")],
+            daemon_exe: None,
+        }
+    }
+}
+
+/// Where the daemon's files are, as the daemon sees them inside the
+/// Sandbox (for the native backend the same paths as on the host). The
+/// caller writes these into the daemon's config.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonPaths {
+    /// The daemon binary (0755); also the exec helper to re-execute.
+    pub exe: PathBuf,
+    /// The private config (0600) that [`Backend::install_daemon`] writes.
+    pub config: PathBuf,
+    /// The bearer token: 64 hex digits (32 random bytes), 0600.
+    pub token_file: PathBuf,
+    /// Where the daemon must listen (its Unix socket, mode 0600).
+    pub socket: PathBuf,
+    /// Where the daemon must log ([`Backend::log_tail`] reads it).
+    pub log_file: PathBuf,
+    /// The Store, bound read-write here (reachable by the daemon only).
+    pub store: PathBuf,
+    /// Scratch space for Workspaces (journals, upper layers), private.
+    pub scratch_dir: PathBuf,
+    /// The Sandbox's private state directory (root-only, 0700).
+    pub state_dir: PathBuf,
+}
+
+/// B3: how to run the daemon. Nothing here may be secret: argv and env are
+/// visible in /proc; the token stays in its file (the backend refuses
+/// arguments or environment that contain it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonInstall {
+    /// Arguments after the binary, e.g.
+    /// `["__strata-daemon", "--config", <DaemonPaths::config>]`.
+    pub args: Vec<String>,
+    /// The daemon's environment (nothing else is inherited).
+    pub env: Vec<(String, String)>,
+    /// The daemon's config, opaque bytes, written 0600 to [`DaemonPaths::config`].
+    pub config: Vec<u8>,
 }
 
 /// B6: how the host reaches the daemon.
@@ -92,8 +160,10 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
+    /// Created, daemon not started yet.
     Created,
     Running,
+    /// The daemon ended (stopped, crashed or never got ready).
     Stopped,
 }
 
@@ -105,9 +175,20 @@ pub struct SandboxInfo {
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub state: State,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// B6, host side; `None` until the daemon is ready.
     pub endpoint: Option<Endpoint>,
+    /// B6, host side: the bearer token file (0600).
+    pub token_file: PathBuf,
+    /// B5, host side: the daemon's log.
+    pub log_file: PathBuf,
+    /// The daemon's files as it sees them (for its config).
+    pub daemon: DaemonPaths,
     /// The creation request, readable after a reopen (B8).
     pub config: CreateRequest,
+    /// The daemon's startup marker, once ready.
+    pub marker: Option<String>,
     /// Host pid of the native monitor, container ID, VM pid.
     pub handle: Option<String>,
 }
@@ -118,6 +199,7 @@ pub struct Started {
     /// The daemon's startup marker line, e.g. `STRATA-DAEMON-READY socket=… pid=…`.
     pub marker: String,
     pub endpoint: Endpoint,
+    pub token_file: PathBuf,
 }
 
 /// B7: the shape of an exec request the daemon accepts (over B6).
@@ -138,32 +220,54 @@ pub struct ExecRequest {
 pub struct Filter {
     /// Every label must match.
     pub labels: BTreeMap<String, String>,
-    /// Name prefix.
+    /// Name prefix (a Sandbox without a name never matches one).
     pub name_prefix: Option<String>,
 }
 
-/// Backend failures, each naming the Sandbox and the step.
+impl Filter {
+    pub fn matches(&self, name: Option<&str>, labels: &BTreeMap<String, String>) -> bool {
+        let labels_ok = self.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+        let name_ok = match &self.name_prefix {
+            Some(p) => name.is_some_and(|n| n.starts_with(p.as_str())),
+            None => true,
+        };
+        labels_ok && name_ok
+    }
+}
+
+/// Backend failures, each naming the Sandbox or path and the step.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("sandbox {0:?} not found")]
+    #[error("sandbox {0} not found")]
     NotFound(SandboxId),
-    #[error("a sandbox named {name:?} already exists ({id:?}); names are never adopted")]
+    #[error("{0:?} is not a sandbox ID (IDs look like sb-<24 hex digits>)")]
+    BadId(String),
+    #[error("a sandbox named {name:?} already exists ({id}); names are never adopted")]
     NameTaken { name: String, id: SandboxId },
-    #[error("sandbox {id:?}: {step} failed: {message}\n--- log tail ---\n{log_tail}")]
+    #[error("sandbox request: {what}: {message}")]
+    Invalid { what: String, message: String },
+    #[error("sandbox {id}: {action} refused: it is {state:?}")]
+    WrongState {
+        id: SandboxId,
+        action: &'static str,
+        state: State,
+    },
+    #[error("sandbox {id}: {step} failed: {message}\n--- log tail ---\n{log_tail}")]
     Step {
         id: SandboxId,
         step: &'static str,
         message: String,
         log_tail: String,
     },
-    #[error("sandbox {id:?}: daemon did not print its startup marker within {waited:?}\n--- log tail ---\n{log_tail}")]
+    #[error("sandbox {id}: daemon did not print its startup marker within {waited:?}\n--- log tail ---\n{log_tail}")]
     NoMarker {
         id: SandboxId,
         waited: Duration,
         log_tail: String,
     },
-    #[error("sandbox state directory {path}: {source}")]
+    #[error("sandbox state: {action} {path}: {source}")]
     State {
+        action: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
@@ -172,22 +276,53 @@ pub enum BackendError {
 /// Every backend implements the whole contract.
 pub trait Backend {
     fn kind(&self) -> BackendKind;
-    /// B1+B2: make a new Sandbox with a fresh full ID; refuse a taken name.
+    /// B1+B2(+B3 token): a new Sandbox with a fresh full ID, its private
+    /// state and bearer token; refuses a taken name. The daemon is not
+    /// running yet ([`State::Created`]).
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError>;
-    /// B3: put the daemon binary (0755) and its private config (0600,
-    /// holding the bearer token) where the Sandbox can run them.
-    fn install_daemon(&self, id: &SandboxId, daemon: &std::path::Path) -> Result<(), BackendError>;
+    /// B3: the daemon binary (0755) where the Sandbox can run it, and its
+    /// private config (0600) from `daemon.config`.
+    fn install_daemon(&self, id: &SandboxId, daemon: &DaemonInstall) -> Result<(), BackendError>;
     /// B4+B5+B6: start the daemon under the Sandbox's init and wait, bounded,
-    /// for its startup marker; on failure the error carries the log tail.
+    /// for its startup marker; on failure the error carries the log tail
+    /// and nothing of the Sandbox keeps running (its record stays, Stopped).
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError>;
     /// B5: last `lines` of the daemon's log (bounded).
     fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError>;
     /// B8: reopen by exact ID from any process.
     fn open(&self, id: &SandboxId) -> Result<SandboxInfo, BackendError>;
-    /// B10: list by labels and/or name prefix.
+    /// B10: list by labels and/or name prefix, oldest first.
     fn list(&self, filter: &Filter) -> Result<Vec<SandboxInfo>, BackendError>;
-    /// B9: stop the daemon (it unmounts its Workspaces), init and namespaces.
+    /// B9: stop the daemon (SIGTERM, after `grace` SIGKILL), its init and
+    /// namespaces, and remove its cgroup. Stopping a stopped Sandbox is fine.
     fn stop(&self, id: &SandboxId, grace: Duration) -> Result<(), BackendError>;
-    /// B9: delete the record and everything private to the Sandbox; never the Store.
+    /// B9: delete the record and everything private to the Sandbox; never
+    /// the Store. Refused while it runs.
     fn delete(&self, id: &SandboxId) -> Result<(), BackendError>;
+}
+
+/// create + install_daemon + start; `daemon` builds the daemon's install
+/// from the new Sandbox's paths. On any failure after create, the Sandbox
+/// is stopped and deleted and the error (with the log tail) returned.
+pub fn launch(
+    backend: &dyn Backend,
+    req: &CreateRequest,
+    daemon: &dyn Fn(&SandboxInfo) -> DaemonInstall,
+    timeout: Duration,
+) -> Result<(SandboxInfo, Started), BackendError> {
+    let info = backend.create(req)?;
+    let started = backend
+        .install_daemon(&info.id, &daemon(&info))
+        .and_then(|()| backend.start(&info.id, timeout));
+    match started {
+        Ok(s) => {
+            let info = backend.open(&info.id)?;
+            Ok((info, s))
+        }
+        Err(e) => {
+            let _ = backend.stop(&info.id, Duration::ZERO);
+            let _ = backend.delete(&info.id);
+            Err(e)
+        }
+    }
 }

@@ -8,7 +8,8 @@
 //!   /tmp, fresh /proc, minimal /dev, loopback-only network).
 //! * [`cgroup`], [`rlimit`]: limits.
 //! * [`selfcheck`]: does the privilege split hold here (for `strata probe`)?
-//! * [`backend`]: the Backend trait (contract B1–B10), types only for now.
+//! * [`backend`]: the Backend trait (contract B1–B10); [`native`]: the
+//!   native backend ([`NativeBackend`]) that implements it.
 //!
 //! Any binary that uses [`SandboxCommand`] or [`exec_helper_command`] must
 //! call [`maybe_run_internal`] first thing in `main`.
@@ -53,6 +54,8 @@ mod init;
 pub mod internal;
 mod mountpoints;
 pub mod mounts;
+pub mod native;
+mod native_state;
 pub mod net;
 pub mod ns;
 pub mod rlimit;
@@ -60,6 +63,10 @@ pub mod seccomp;
 pub mod selfcheck;
 pub mod spec;
 
+pub use backend::{
+    launch, Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths,
+    Endpoint, Filter, SandboxId, SandboxInfo, Started, State, DAEMON_MARKER,
+};
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
 pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
@@ -67,6 +74,7 @@ pub use exec::{
 };
 pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
 pub use mounts::{BindMount, MountError, RootFs};
+pub use native::NativeBackend;
 pub use net::{NetError, Network};
 pub use ns::{
     read_report, ConfigError, Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand,

@@ -308,7 +308,7 @@ fn mask(target: &Path) -> Result<(), MountError> {
 
 /// Undo the escaping of mountinfo(5) fields (space, tab, newline and
 /// backslash are written as octal `\NNN`).
-fn unescape_mountinfo(field: &str) -> PathBuf {
+pub(crate) fn unescape_mountinfo(field: &str) -> PathBuf {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

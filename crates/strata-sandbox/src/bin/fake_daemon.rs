@@ -1,0 +1,134 @@
+//! `strata-sandbox-fake-daemon`: a stand-in for the strata daemon in the
+//! native backend's tests (tests/native.rs). Like the real binary it calls
+//! `maybe_run_internal()` first, so it also serves as the Sandbox init.
+//!
+//! * `__strata-daemon --config PATH`: read a small JSON config, log what
+//!   it sees (capabilities, /dev/fuse, the Store bind, the masked host
+//!   Store) to the log file, listen on the Unix socket (0600), print the
+//!   startup marker and answer `ok` to every connection. Modes: `ok`,
+//!   `die` (exit before the marker), `hang` (never print it), `garbage`
+//!   (a wrong first line).
+//! * `open ROOT ID`: reopen a Sandbox by ID from a fresh process and print
+//!   its `SandboxInfo` as JSON.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Deserialize;
+use strata_sandbox::{Backend, NativeBackend, SandboxId, DAEMON_MARKER};
+
+#[derive(Deserialize)]
+struct FakeConfig {
+    socket: PathBuf,
+    log_file: PathBuf,
+    /// The Store as bound for the daemon.
+    store: PathBuf,
+    /// The Store's host path (masked in the Sandbox).
+    host_store: PathBuf,
+    mode: String,
+}
+
+fn main() -> ExitCode {
+    strata_sandbox::maybe_run_internal();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["__strata-daemon", "--config", path] => daemon(Path::new(path)),
+        ["open", root, id] => {
+            let b = match NativeBackend::new(root) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match b.open(&SandboxId(id.to_string())) {
+                Ok(info) => {
+                    println!("{}", serde_json::to_string(&info).expect("info serializes"));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        _ => {
+            eprintln!("usage: __strata-daemon --config PATH | open ROOT ID");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn daemon(config: &Path) -> ExitCode {
+    let cfg: FakeConfig = match std::fs::read(config)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("fake daemon: config {}: {e}", config.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&cfg.log_file)
+        .expect("open the log");
+    let _ = writeln!(log, "fake daemon starting, mode {}", cfg.mode);
+    match cfg.mode.as_str() {
+        "die" => {
+            let _ = writeln!(log, "fatal: simulated failure before the marker");
+            return ExitCode::from(3);
+        }
+        "hang" => {
+            let _ = writeln!(log, "hanging without a marker");
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+            }
+        }
+        "garbage" => {
+            println!("hello, not a marker");
+        }
+        _ => {}
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
+    let host_store_hidden = std::fs::read_dir(&cfg.host_store)
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    let _ = writeln!(
+        log,
+        "observed uid={} capeff={} dev_fuse={} store_ok={} host_store_hidden={}",
+        field("Uid:").split_whitespace().next().unwrap_or(""),
+        field("CapEff:"),
+        Path::new("/dev/fuse").exists(),
+        cfg.store.join("seen-by-daemon").exists(),
+        host_store_hidden,
+    );
+    let _ = std::fs::remove_file(&cfg.socket);
+    let listener = UnixListener::bind(&cfg.socket).expect("bind the socket");
+    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
+        .expect("chmod the socket");
+    println!(
+        "{DAEMON_MARKER} socket={} pid={}",
+        cfg.socket.display(),
+        std::process::id()
+    );
+    let _ = std::io::stdout().flush();
+    for mut c in listener.incoming().flatten() {
+        let _ = c.write_all(b"ok\n");
+        let _ = writeln!(log, "served a client");
+    }
+    ExitCode::SUCCESS
+}

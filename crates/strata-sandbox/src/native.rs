@@ -1,0 +1,787 @@
+//! The native backend (route A): a Sandbox is a set of fresh namespaces on
+//! this kernel, its daemon the strata binary run as root under the
+//! Sandbox's reaping init ([`SandboxCommand::privileged`] with
+//! `dev_fuse`). Per contract step:
+//!
+//! * B1 [`NativeBackend::create`]: ID `sb-<24 hex>` (96 random bits from
+//!   the kernel), a private 0700 state directory created with `mkdir`
+//!   (never reused), the name checked against every record under an
+//!   `flock` of the state root: a taken name is refused, never adopted.
+//! * B2: at start, the Store is bound read-write at `<state>/<id>/store`
+//!   inside the Sandbox only; that path is under the root-only 0700 state
+//!   root, which commands (uid 1500) cannot traverse, and the Store's own
+//!   host path is masked in the Sandbox.
+//! * B3: the token (32 random bytes, hex) at create, the daemon's config
+//!   at [`NativeBackend::install_daemon`], both 0600 in the state
+//!   directory; the binary runs in place from the read-only host root, or
+//!   from a 0755 copy in the state directory where the path would not be
+//!   reachable (rootfs directory, /tmp, /run).
+//! * B4/B5 [`NativeBackend::start`]: `EXE __strata-init … -- EXE ARGS`,
+//!   stdout to `daemon.out`, stderr appended to `daemon.log`; the marker
+//!   line is polled from `daemon.out` until the deadline, the monitor's
+//!   exit ends the wait at once. A file rather than a pipe, so that the
+//!   daemon's stdout outlives the creating process.
+//! * B6: the Unix socket from the marker (it must be in the state
+//!   directory, which is bound at the same path, and mode 0600) and the
+//!   token file.
+//! * B8/B10: `sandbox.json`; running = the recorded monitor (pid + start
+//!   time) is alive and has written no report.
+//! * B9: SIGTERM to the monitor (forwarded by PID 1 to the daemon), SIGKILL
+//!   after the grace period (PID 1 dies of PR_SET_PDEATHSIG and the kernel
+//!   ends the PID namespace), then the cgroup goes. Delete removes the
+//!   state directory, after checking that no host mount is below it.
+
+use std::ffi::OsString;
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::backend::{
+    Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
+    SandboxInfo, Started, State, DAEMON_MARKER,
+};
+use crate::cgroup::Cgroup;
+use crate::mounts::{BindMount, RootFs};
+use crate::native_state::{
+    mkdir_private, mounts_below, now_unix_ms, paths, random_hex, read_record, state_err, tail,
+    valid_id, valid_name, write_private, write_record, ProcId, Record, RECORD,
+};
+use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
+
+/// Lines of log carried by a start failure.
+const FAILURE_TAIL_LINES: usize = 40;
+/// How long stop waits after SIGKILL before it reports the monitor stuck.
+const KILL_WAIT: Duration = Duration::from_secs(5);
+/// How long a cgroup may stay busy (tasks still exiting) before removal fails.
+const CGROUP_WAIT: Duration = Duration::from_secs(2);
+
+/// The native backend, keeping its records under one state root.
+#[derive(Debug, Clone)]
+pub struct NativeBackend {
+    root: PathBuf,
+}
+
+fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
+    BackendError::Invalid {
+        what: what.into(),
+        message: message.into(),
+    }
+}
+
+impl NativeBackend {
+    /// `/var/lib/strata/sandboxes` as root, else
+    /// `$XDG_STATE_HOME/strata/sandboxes` (the SDK's default too).
+    pub fn default_root() -> PathBuf {
+        if rustix::process::geteuid().is_root() {
+            return PathBuf::from("/var/lib/strata/sandboxes");
+        }
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+            .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+        base.join("strata/sandboxes")
+    }
+
+    /// A backend with its state under `root` (created 0700 if missing).
+    /// The root must be visible in a Sandbox at the same path: not under
+    /// /tmp (each Sandbox has a private one) nor /run (masked).
+    pub fn new(root: impl Into<PathBuf>) -> Result<Self, BackendError> {
+        let root = root.into();
+        if !root.is_absolute() {
+            return Err(invalid(
+                format!("state root {}", root.display()),
+                "must be an absolute path",
+            ));
+        }
+        let hidden = |r: &Path| {
+            ["/tmp", "/run", "/proc", "/dev"]
+                .iter()
+                .any(|p| r.starts_with(p))
+        };
+        let refuse = |r: &Path| {
+            invalid(
+                format!("state root {}", r.display()),
+                "a Sandbox has its own /tmp, /run, /proc and /dev and could not see it there; use e.g. /var/lib/strata/sandboxes",
+            )
+        };
+        // Checked before creating anything, and again once resolved.
+        if hidden(&root) {
+            return Err(refuse(&root));
+        }
+        mkdir_private(&root, true)?;
+        let root = root
+            .canonicalize()
+            .map_err(state_err("resolve the state root", &root))?;
+        if hidden(&root) {
+            return Err(refuse(&root));
+        }
+        Ok(NativeBackend { root })
+    }
+
+    /// [`NativeBackend::new`] at [`NativeBackend::default_root`].
+    pub fn with_default_root() -> Result<Self, BackendError> {
+        Self::new(Self::default_root())
+    }
+
+    pub fn state_root(&self) -> &Path {
+        &self.root
+    }
+
+    fn load(&self, id: &SandboxId) -> Result<(PathBuf, Record), BackendError> {
+        if !valid_id(id.as_str()) {
+            return Err(BackendError::BadId(id.0.clone()));
+        }
+        let dir = self.root.join(id.as_str());
+        if !dir.join(RECORD).exists() {
+            return Err(BackendError::NotFound(id.clone()));
+        }
+        let rec = read_record(&dir)?;
+        Ok((dir, rec))
+    }
+
+    /// Every readable native record (others are skipped: a half-created
+    /// directory, another tool's files).
+    fn records(&self) -> Result<Vec<(PathBuf, Record)>, BackendError> {
+        let rd = fs::read_dir(&self.root).map_err(state_err("list", &self.root))?;
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name();
+            if !valid_id(&name.to_string_lossy()) {
+                continue;
+            }
+            if let Ok(r) = read_record(&e.path()) {
+                if r.backend == BackendKind::Native {
+                    out.push((e.path(), r));
+                }
+            }
+        }
+        out.sort_by(|a, b| (a.1.created_unix_ms, &a.1.id).cmp(&(b.1.created_unix_ms, &b.1.id)));
+        Ok(out)
+    }
+
+    /// Exclusive lock of the state root, held while a name is checked and
+    /// claimed (released when the file is dropped).
+    fn lock(&self) -> Result<fs::File, BackendError> {
+        let p = self.root.join(".lock");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&p)
+            .map_err(state_err("open the lock", &p))?;
+        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| state_err("lock", &p)(e.into()))?;
+        Ok(f)
+    }
+
+    fn state_of(dir: &Path, rec: &Record) -> State {
+        match rec.monitor {
+            None => State::Created,
+            Some(m) if m.alive() && !dir.join("report.json").exists() => State::Running,
+            Some(_) => State::Stopped,
+        }
+    }
+
+    fn info(dir: &Path, rec: &Record) -> SandboxInfo {
+        SandboxInfo {
+            id: rec.id.clone(),
+            backend: BackendKind::Native,
+            name: rec.name.clone(),
+            labels: rec.labels.clone(),
+            state: Self::state_of(dir, rec),
+            created_unix_ms: rec.created_unix_ms,
+            endpoint: rec.socket.clone().map(|path| Endpoint::Unix { path }),
+            token_file: rec.daemon.token_file.clone(),
+            log_file: rec.daemon.log_file.clone(),
+            daemon: rec.daemon.clone(),
+            config: rec.config.clone(),
+            marker: rec.marker.clone(),
+            handle: rec.monitor.map(|m| m.pid.to_string()),
+        }
+    }
+
+    fn log_tail_of(rec: &Record) -> String {
+        tail(&rec.daemon.log_file, FAILURE_TAIL_LINES)
+            .unwrap_or_else(|e| format!("(log {} unreadable: {e})", rec.daemon.log_file.display()))
+    }
+
+    /// Check the request and resolve the Store and the daemon binary.
+    fn check_request(&self, req: &CreateRequest) -> Result<(PathBuf, PathBuf, bool), BackendError> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(invalid(
+                "native backend",
+                "needs root (namespaces, mounts, cgroups, FUSE mounts as root); use rootless `strata run` for one command",
+            ));
+        }
+        if let Some(n) = &req.name {
+            if !valid_name(n) {
+                return Err(invalid(
+                    format!("name {n:?}"),
+                    "use 1-64 characters of [A-Za-z0-9._-]",
+                ));
+            }
+        }
+        for k in req.labels.keys() {
+            if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=') {
+                return Err(invalid(
+                    format!("label {k:?}"),
+                    "keys are 1-128 characters, no '=' or control characters",
+                ));
+            }
+        }
+        if req.image.is_some() {
+            return Err(invalid("image", "the native backend runs the host root or a rootfs directory; images are for the docker and microVM backends"));
+        }
+        for m in &req.mountpoints {
+            if !crate::mountpoints::valid(m) {
+                return Err(invalid(
+                    format!("mount point {}", m.display()),
+                    "must be an absolute path without '..', not /",
+                ));
+            }
+        }
+        if let RootFs::Dir { path, .. } = &req.root {
+            if !path.is_dir() {
+                return Err(invalid(
+                    format!("rootfs {}", path.display()),
+                    "is not a directory",
+                ));
+            }
+        }
+        let store = req
+            .store
+            .canonicalize()
+            .map_err(state_err("resolve the Store", &req.store))?;
+        // The Store's host path is masked in the Sandbox: it must not hide
+        // the state directory or the daemon, and the state directory must
+        // not be inside the Store.
+        if !store.is_dir() || self.root.starts_with(&store) || store.starts_with(&self.root) {
+            return Err(invalid(
+                format!("Store {}", store.display()),
+                format!(
+                    "must be a directory that neither contains nor lies in the state root {}",
+                    self.root.display()
+                ),
+            ));
+        }
+        let exe = match &req.daemon_exe {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().map_err(state_err(
+                "find the current executable",
+                Path::new("/proc/self/exe"),
+            ))?,
+        };
+        let exe = exe
+            .canonicalize()
+            .map_err(state_err("resolve the daemon binary", &exe))?;
+        let meta = fs::metadata(&exe).map_err(state_err("stat the daemon binary", &exe))?;
+        if !meta.is_file() || meta.mode() & 0o111 == 0 || exe.starts_with(&store) {
+            return Err(invalid(
+                format!("daemon binary {}", exe.display()),
+                "must be an executable file outside the Store",
+            ));
+        }
+        // In place where the Sandbox sees the host path; a copy otherwise.
+        let copy = matches!(req.root, RootFs::Dir { .. })
+            || ["/tmp", "/run", "/proc", "/dev"]
+                .iter()
+                .any(|p| exe.starts_with(p));
+        Ok((store, exe, copy))
+    }
+
+    /// Remove the Sandbox's cgroup if anything of it is left (a monitor
+    /// killed with SIGKILL cannot remove its own).
+    fn cleanup_cgroup(rec: &Record) -> Result<(), BackendError> {
+        let cg = match &rec.cgroup {
+            Some(cg) => Some(cg.clone()),
+            None if !rec.config.limits.is_empty() => {
+                Cgroup::find(&cgroup_name(&rec.id)).unwrap_or(None)
+            }
+            None => None,
+        };
+        if let Some(cg) = cg {
+            cg.destroy(CGROUP_WAIT).map_err(|e| BackendError::Step {
+                id: rec.id.clone(),
+                step: "remove the cgroup",
+                message: e.to_string(),
+                log_tail: String::new(),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn cgroup_name(id: &SandboxId) -> String {
+    format!("strata-{id}")
+}
+
+fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        // ESRCH: already gone, which is what we want.
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// Poll until `m` is gone or `within` has passed; true if gone.
+fn wait_gone(m: ProcId, within: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if !m.alive() {
+            return true;
+        }
+        if start.elapsed() >= within {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Why the daemon did not become ready.
+enum NotReady {
+    Timeout,
+    Failed(String),
+}
+
+/// Poll `out` for the marker line until `timeout`, or until the monitor ends.
+fn wait_marker(
+    child: &mut SandboxChild,
+    out: &Path,
+    timeout: Duration,
+) -> Result<String, NotReady> {
+    let start = Instant::now();
+    loop {
+        // Read first, then check the monitor: a daemon that printed its
+        // marker and exited at once must not pass as ready.
+        let exited = match child.child_mut().try_wait() {
+            Ok(s) => s,
+            Err(e) => return Err(NotReady::Failed(format!("waiting for the monitor: {e}"))),
+        };
+        let bytes = fs::read(out).unwrap_or_default();
+        if let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
+            let line = String::from_utf8_lossy(&bytes[..nl]).trim().to_string();
+            let ok = line
+                .strip_prefix(DAEMON_MARKER)
+                .is_some_and(|r| r.starts_with(' '));
+            if !ok {
+                return Err(NotReady::Failed(format!(
+                    "the daemon's first line on stdout is not its startup marker: {line:?}"
+                )));
+            }
+            if let Some(status) = exited {
+                return Err(NotReady::Failed(format!(
+                    "the daemon printed its marker but the Sandbox ended ({status})"
+                )));
+            }
+            return Ok(line);
+        }
+        if bytes.len() > 4096 {
+            return Err(NotReady::Failed(
+                "the daemon wrote 4 KiB to stdout without a marker line".into(),
+            ));
+        }
+        if let Some(status) = exited {
+            return Err(NotReady::Failed(format!(
+                "the daemon exited before its startup marker (monitor: {status})"
+            )));
+        }
+        if start.elapsed() >= timeout {
+            return Err(NotReady::Timeout);
+        }
+        // Short: create-to-ready is meant to take well under 100 ms.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The `socket=` field of a marker.
+fn marker_socket(marker: &str) -> Option<PathBuf> {
+    marker
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("socket="))
+        .map(PathBuf::from)
+}
+
+impl Backend for NativeBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
+    }
+
+    fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
+        let (store, exe, copy_exe) = self.check_request(req)?;
+        let lock = self.lock()?;
+        if let Some(n) = &req.name {
+            if let Some((_, r)) = self
+                .records()?
+                .into_iter()
+                .find(|(_, r)| r.name.as_deref() == Some(n.as_str()))
+            {
+                return Err(BackendError::NameTaken {
+                    name: n.clone(),
+                    id: r.id,
+                });
+            }
+        }
+        // A fresh directory per ID: `create` (not recursive) fails on an
+        // existing one, so an ID is never reused even on a collision.
+        let mut made = None;
+        for _ in 0..8 {
+            let id = format!("sb-{}", random_hex(12)?);
+            let dir = self.root.join(&id);
+            match fs::DirBuilder::new().create(&dir) {
+                Ok(()) => {
+                    made = Some((SandboxId(id), dir));
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(state_err("create the state directory", &dir)(e)),
+            }
+        }
+        let (id, dir) =
+            made.ok_or_else(|| invalid("sandbox ID", "8 random IDs in a row were taken"))?;
+        let setup = || -> Result<Record, BackendError> {
+            // Root-only whatever the umask: commands must not traverse it.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                .map_err(state_err("chmod 0700", &dir))?;
+            let exe_inside = if copy_exe {
+                mkdir_private(&dir.join("bin"), false)?;
+                dir.join("bin/strata")
+            } else {
+                exe.clone()
+            };
+            let daemon = paths(&dir, &exe_inside);
+            mkdir_private(&daemon.store, false)?;
+            mkdir_private(&daemon.scratch_dir, false)?;
+            write_private(
+                &daemon.token_file,
+                format!("{}\n", random_hex(32)?).as_bytes(),
+            )?;
+            let mut config = req.clone();
+            config.store = store.clone();
+            config.daemon_exe = Some(exe.clone());
+            let rec = Record {
+                id: id.clone(),
+                backend: BackendKind::Native,
+                name: req.name.clone(),
+                labels: req.labels.clone(),
+                created_unix_ms: now_unix_ms(),
+                config,
+                exe_host: exe.clone(),
+                copy_exe,
+                daemon,
+                install: None,
+                monitor: None,
+                marker: None,
+                socket: None,
+                cgroup: None,
+            };
+            write_record(&dir, &rec)?;
+            Ok(rec)
+        };
+        let rec = setup().inspect_err(|_| {
+            let _ = fs::remove_dir_all(&dir);
+        })?;
+        drop(lock);
+        Ok(Self::info(&dir, &rec))
+    }
+
+    fn install_daemon(&self, id: &SandboxId, daemon: &DaemonInstall) -> Result<(), BackendError> {
+        let (dir, mut rec) = self.load(id)?;
+        if rec.monitor.is_some() {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "install_daemon",
+                state: Self::state_of(&dir, &rec),
+            });
+        }
+        let tf = &rec.daemon.token_file;
+        let token = fs::read_to_string(tf).map_err(state_err("read the token", tf))?;
+        let token = token.trim();
+        let leaks = daemon
+            .args
+            .iter()
+            .chain(daemon.env.iter().flat_map(|(k, v)| [k, v]))
+            .any(|a| a.contains(token));
+        if leaks {
+            return Err(invalid(
+                "daemon arguments or environment",
+                "contain the bearer token; argv and env are visible in /proc, point the daemon at the token file instead",
+            ));
+        }
+        write_private(&rec.daemon.config, &daemon.config)?;
+        if rec.copy_exe {
+            // A copy through a temporary name: a running binary is never
+            // overwritten in place (ETXTBSY) and a reader never sees half.
+            let dst = &rec.daemon.exe;
+            let tmp = dst.with_extension("tmp");
+            fs::copy(&rec.exe_host, &tmp).map_err(state_err("copy the daemon binary to", &tmp))?;
+            fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))
+                .map_err(state_err("chmod 0755", &tmp))?;
+            fs::rename(&tmp, dst).map_err(state_err("install the daemon binary", dst))?;
+        }
+        rec.install = Some(DaemonInstall {
+            args: daemon.args.clone(),
+            env: daemon.env.clone(),
+            // The bytes are in their 0600 file, not in the record.
+            config: Vec::new(),
+        });
+        write_record(&dir, &rec)
+    }
+
+    fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
+        let (dir, mut rec) = self.load(id)?;
+        let state = Self::state_of(&dir, &rec);
+        // One start per Sandbox: its report, stdout and cgroup belong to one run.
+        let (Some(install), None) = (rec.install.clone(), rec.monitor) else {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: if rec.install.is_none() {
+                    "start before install_daemon"
+                } else {
+                    "a second start"
+                },
+                state,
+            });
+        };
+        let req = &rec.config;
+        // The state directory must exist in a rootfs directory to be bound.
+        let mut mountpoints = req.mountpoints.clone();
+        mountpoints.push(dir.clone());
+        let cfg = SandboxConfig {
+            root: req.root.clone(),
+            network: req.network,
+            hostname: Some(req.name.clone().unwrap_or_else(|| "strata".into())),
+            limits: req.limits,
+            cgroup_name: Some(cgroup_name(id)),
+            tmp_size_bytes: None,
+            binds: vec![
+                // Same path inside and out: the daemon's config names host
+                // paths, and the host reaches the socket where it is.
+                BindMount {
+                    source: dir.clone(),
+                    target: dir.clone(),
+                    readonly: false,
+                },
+                BindMount {
+                    source: req.store.clone(),
+                    target: rec.daemon.store.clone(),
+                    readonly: false,
+                },
+            ],
+            dev_fuse: true,
+            masked_paths: vec![req.store.clone()],
+            mountpoints,
+        };
+        let mut argv: Vec<OsString> = vec![rec.daemon.exe.clone().into()];
+        argv.extend(install.args.iter().map(OsString::from));
+        let env = install
+            .env
+            .iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        let out_path = dir.join("daemon.out");
+        let out = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&out_path)
+            .map_err(state_err("create the daemon's stdout", &out_path))?;
+        let log_path = &rec.daemon.log_file;
+        let log = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .open(log_path)
+            .map_err(state_err("open the daemon's log", log_path))?;
+        let mut child = SandboxCommand::privileged(cfg, argv, env, PathBuf::from("/"))
+            .init_exe(&rec.exe_host)
+            .report_path(dir.join("report.json"))
+            // Its own process group: a terminal's Ctrl-C for the creating
+            // CLI must not reach a Sandbox meant to outlive it.
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .map_err(|e| BackendError::Step {
+                id: id.clone(),
+                step: "start",
+                message: e.to_string(),
+                log_tail: Self::log_tail_of(&rec),
+            })?;
+        // Record the monitor at once, so that another process sees the
+        // Sandbox as running (or stopped) and can stop it, even if this
+        // one dies while waiting for the marker.
+        rec.monitor = Some(ProcId::of(child.id()).unwrap_or(ProcId {
+            pid: child.id(),
+            start_time: 0,
+        }));
+        write_record(&dir, &rec)?;
+
+        let ready = wait_marker(&mut child, &out_path, timeout).and_then(|marker| {
+            let socket = marker_socket(&marker)
+                .ok_or_else(|| NotReady::Failed(format!("marker without socket=: {marker:?}")))?;
+            // Reachable from the host only if it is in the state directory
+            // (bound at the same path); private only if 0600 or stricter.
+            let meta = fs::metadata(&socket).map_err(|e| {
+                NotReady::Failed(format!("the daemon's socket {}: {e}", socket.display()))
+            })?;
+            if !socket.starts_with(&dir)
+                || !meta.file_type().is_socket()
+                || meta.mode() & 0o077 != 0
+            {
+                return Err(NotReady::Failed(format!(
+                    "the daemon's socket {} must be a socket of mode 0600 in {}",
+                    socket.display(),
+                    dir.display()
+                )));
+            }
+            Ok((marker, socket))
+        });
+        match ready {
+            Ok((marker, socket)) => {
+                rec.marker = Some(marker.clone());
+                rec.socket = Some(socket.clone());
+                if !rec.config.limits.is_empty() {
+                    rec.cgroup = Cgroup::find(&cgroup_name(id)).unwrap_or(None);
+                }
+                write_record(&dir, &rec)?;
+                // Reap the monitor when it ends, so that this process never
+                // holds a zombie; if the thread cannot start, the zombie
+                // stays until this process exits (state still reads right).
+                let _ = std::thread::Builder::new()
+                    .name(format!("reap-{id}"))
+                    .spawn(move || drop(child.wait()));
+                Ok(Started {
+                    marker,
+                    endpoint: Endpoint::Unix { path: socket },
+                    token_file: rec.daemon.token_file.clone(),
+                })
+            }
+            Err(why) => {
+                // Nothing of the Sandbox may keep running: SIGKILL of the
+                // monitor takes PID 1 and the namespace down with it.
+                let _ = child.signal(libc::SIGKILL);
+                let how = child.wait();
+                let _ = Self::cleanup_cgroup(&rec);
+                let log_tail = Self::log_tail_of(&rec);
+                Err(match why {
+                    NotReady::Timeout => BackendError::NoMarker {
+                        id: id.clone(),
+                        waited: timeout,
+                        log_tail,
+                    },
+                    NotReady::Failed(message) => BackendError::Step {
+                        id: id.clone(),
+                        step: "start",
+                        message: match how {
+                            Err(e) => format!("{message}; {e}"),
+                            Ok(o) => format!("{message}; the daemon ended with {o:?}"),
+                        },
+                        log_tail,
+                    },
+                })
+            }
+        }
+    }
+
+    fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError> {
+        let (_, rec) = self.load(id)?;
+        let p = &rec.daemon.log_file;
+        tail(p, lines.min(10_000)).map_err(state_err("read the log", p))
+    }
+
+    fn open(&self, id: &SandboxId) -> Result<SandboxInfo, BackendError> {
+        let (dir, rec) = self.load(id)?;
+        Ok(Self::info(&dir, &rec))
+    }
+
+    fn list(&self, filter: &Filter) -> Result<Vec<SandboxInfo>, BackendError> {
+        Ok(self
+            .records()?
+            .into_iter()
+            .filter(|(_, r)| filter.matches(r.name.as_deref(), &r.labels))
+            .map(|(d, r)| Self::info(&d, &r))
+            .collect())
+    }
+
+    fn stop(&self, id: &SandboxId, grace: Duration) -> Result<(), BackendError> {
+        let (_, rec) = self.load(id)?;
+        if let Some(m) = rec.monitor.filter(ProcId::alive) {
+            // The monitor forwards SIGTERM to PID 1, PID 1 to the daemon,
+            // which unmounts its Workspaces and exits.
+            signal(m.pid, rustix::process::Signal::TERM);
+            if !wait_gone(m, grace) {
+                signal(m.pid, rustix::process::Signal::KILL);
+                if !wait_gone(m, KILL_WAIT) {
+                    return Err(BackendError::Step {
+                        id: id.clone(),
+                        step: "stop",
+                        message: format!(
+                            "monitor {} still alive {KILL_WAIT:?} after SIGKILL",
+                            m.pid
+                        ),
+                        log_tail: Self::log_tail_of(&rec),
+                    });
+                }
+            }
+        }
+        Self::cleanup_cgroup(&rec)
+    }
+
+    fn delete(&self, id: &SandboxId) -> Result<(), BackendError> {
+        let (dir, rec) = self.load(id)?;
+        let state = Self::state_of(&dir, &rec);
+        if state == State::Running {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "delete",
+                state,
+            });
+        }
+        Self::cleanup_cgroup(&rec)?;
+        let mounts = mounts_below(&dir)?;
+        if !mounts.is_empty() {
+            return Err(BackendError::Step {
+                id: id.clone(),
+                step: "delete",
+                message: format!(
+                    "refusing to remove {}: host mounts below it ({mounts:?}); the native backend makes none, unmount them first",
+                    dir.display()
+                ),
+                log_tail: String::new(),
+            });
+        }
+        // The Store's mount point first and non-recursively: if a Store
+        // were ever there, this fails instead of deleting it.
+        match fs::remove_dir(&rec.daemon.store) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(state_err("remove the Store mount point", &rec.daemon.store)(e)),
+        }
+        fs::remove_dir_all(&dir).map_err(state_err("remove the state directory", &dir))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marker_fields() {
+        let m = format!("{DAEMON_MARKER} socket=/var/lib/x/daemon.sock pid=2");
+        assert_eq!(
+            marker_socket(&m),
+            Some(PathBuf::from("/var/lib/x/daemon.sock"))
+        );
+        assert_eq!(marker_socket(DAEMON_MARKER), None);
+    }
+
+    #[test]
+    fn state_root_under_tmp_is_refused() {
+        let e = NativeBackend::new("/tmp/strata-state-test").unwrap_err();
+        assert!(e.to_string().contains("/tmp"), "{e}");
+        assert!(!Path::new("/tmp/strata-state-test").exists());
+    }
+}

@@ -1,0 +1,285 @@
+//! The native backend's on-disk state: one private directory per Sandbox
+//! under the state root, its record, and the small file helpers the
+//! backend needs (private writes, random IDs and tokens, log tails, process
+//! liveness). Layout of `<root>/<id>/` (root-only, 0700), the same names
+//! the SDK's stop-gap launcher `native_min` used:
+//!
+//! | file | what |
+//! |---|---|
+//! | `sandbox.json` (0600) | the [`Record`] (B8, B10) |
+//! | `token` (0600) | the bearer token, 64 hex digits (B3, B6) |
+//! | `config.json` (0600) | the daemon's config, opaque bytes (B3) |
+//! | `daemon.out` (0600) | the daemon's stdout: its startup marker (B5) |
+//! | `daemon.log` (0600) | the daemon's log and stderr (B5) |
+//! | `daemon.sock` | the daemon's Unix socket (B6) |
+//! | `report.json` | the monitor's report: how the Sandbox ended |
+//! | `store/` | mount point of the Store, inside the Sandbox only (B2) |
+//! | `scratch/` | the daemon's Workspace scratch space |
+//! | `bin/strata` (0755) | a copy of the daemon binary, when it would not be reachable in place |
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{
+    BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths, SandboxId,
+};
+use crate::cgroup::Cgroup;
+
+pub(crate) const RECORD: &str = "sandbox.json";
+
+/// A process identified by pid *and* start time, so that a recycled pid
+/// is never mistaken for (or signalled as) the Sandbox's monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ProcId {
+    pub pid: u32,
+    /// Field 22 of /proc/PID/stat (clock ticks since boot).
+    pub start_time: u64,
+}
+
+impl ProcId {
+    /// The process `pid` now (a zombie too: a monitor that died at once
+    /// must still be recorded, as stopped).
+    pub fn of(pid: u32) -> Option<ProcId> {
+        let (_, start_time) = stat(pid)?;
+        Some(ProcId { pid, start_time })
+    }
+
+    /// Running (not a zombie, not gone, not a recycled pid)?
+    pub fn alive(&self) -> bool {
+        matches!(stat(self.pid), Some((s, t)) if s != 'Z' && t == self.start_time)
+    }
+}
+
+/// (state, start time) from /proc/PID/stat. The command name may contain
+/// spaces and ')', so fields are counted after the last ')'.
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = text.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `rest` starts at field 3 (state); start time is field 22.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// The persistent record of one native Sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Record {
+    pub id: SandboxId,
+    pub backend: BackendKind,
+    pub name: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub created_unix_ms: u64,
+    pub config: CreateRequest,
+    /// The daemon binary on the host (it is the init too).
+    pub exe_host: PathBuf,
+    /// Run a copy from the state directory (not reachable in place).
+    pub copy_exe: bool,
+    pub daemon: DaemonPaths,
+    /// Set by install_daemon (the config bytes are in their file).
+    pub install: Option<DaemonInstall>,
+    /// Set by start, before waiting for the marker.
+    pub monitor: Option<ProcId>,
+    pub marker: Option<String>,
+    pub socket: Option<PathBuf>,
+    /// The Sandbox's cgroup as found after start (only with limits).
+    pub cgroup: Option<Cgroup>,
+}
+
+/// File names of one Sandbox's state directory.
+pub(crate) fn paths(dir: &Path, exe: &Path) -> DaemonPaths {
+    DaemonPaths {
+        exe: exe.to_path_buf(),
+        config: dir.join("config.json"),
+        token_file: dir.join("token"),
+        socket: dir.join("daemon.sock"),
+        log_file: dir.join("daemon.log"),
+        store: dir.join("store"),
+        scratch_dir: dir.join("scratch"),
+        state_dir: dir.to_path_buf(),
+    }
+}
+
+pub(crate) fn state_err<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> BackendError + 'a {
+    move |source| BackendError::State {
+        action,
+        path: path.into(),
+        source,
+    }
+}
+
+/// mkdir with mode 0700 (root-only: commands, uid 1500, cannot traverse).
+pub(crate) fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendError> {
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(recursive)
+        .create(p)
+        .map_err(state_err("create directory", p))?;
+    // The umask may have taken bits away, never added; set it exactly.
+    fs::set_permissions(p, fs::Permissions::from_mode(0o700)).map_err(state_err("chmod 0700", p))
+}
+
+/// Write `bytes` to `path` with mode 0600, through a temporary name and a
+/// rename, so a reader sees the old or the new file, never half of one.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), BackendError> {
+    let tmp = path.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(state_err("create", &tmp))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(state_err("write", &tmp))?;
+    fs::rename(&tmp, path).map_err(state_err("rename into place", path))
+}
+
+pub(crate) fn read_record(dir: &Path) -> Result<Record, BackendError> {
+    let p = dir.join(RECORD);
+    let text = fs::read(&p).map_err(state_err("read the record", &p))?;
+    serde_json::from_slice(&text).map_err(|e| BackendError::State {
+        action: "parse the record",
+        path: p,
+        source: io::Error::new(io::ErrorKind::InvalidData, e),
+    })
+}
+
+pub(crate) fn write_record(dir: &Path, rec: &Record) -> Result<(), BackendError> {
+    let bytes = serde_json::to_vec_pretty(rec).map_err(|e| BackendError::State {
+        action: "encode the record",
+        path: dir.join(RECORD),
+        source: io::Error::new(io::ErrorKind::InvalidData, e),
+    })?;
+    write_private(&dir.join(RECORD), &bytes)
+}
+
+/// `n` random bytes from the kernel's CSPRNG, hex-encoded.
+pub(crate) fn random_hex(n: usize) -> Result<String, BackendError> {
+    let path = Path::new("/dev/urandom");
+    let mut buf = vec![0u8; n];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(state_err("read random bytes from", path))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// `sb-` and 24 hex digits (96 random bits), the SDK's format.
+pub(crate) fn valid_id(id: &str) -> bool {
+    id.len() == 27
+        && id.starts_with("sb-")
+        && id[3..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub(crate) fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// The last `lines` lines of a file, reading at most its last 64 KiB so
+/// that a huge log never costs more than that (B5: bounded).
+pub(crate) fn tail(path: &Path, lines: usize) -> io::Result<String> {
+    const MAX: u64 = 64 * 1024;
+    let mut f = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(e),
+    };
+    let len = f.metadata()?.len();
+    let start = len.saturating_sub(MAX);
+    f.seek(SeekFrom::Start(start))?;
+    let mut buf = Vec::new();
+    f.take(MAX).read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf);
+    let all: Vec<&str> = text.lines().collect();
+    // A cut first line is partial: drop it when we did not start at 0.
+    let skip = usize::from(start > 0 && all.len() > 1);
+    let from = all.len().saturating_sub(lines).max(skip);
+    Ok(all[from..].join("\n"))
+}
+
+/// Mount points below `dir` in this (host) mount namespace. The native
+/// backend makes none (its binds live in the Sandbox's namespace only); a
+/// non-empty answer means something else did, and removing the directory
+/// recursively could then delete through a mount, e.g. into the Store.
+pub(crate) fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
+    let p = Path::new("/proc/self/mountinfo");
+    let text = fs::read_to_string(p).map_err(state_err("read", p))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(crate::mounts::unescape_mountinfo)
+        .filter(|m| m.starts_with(dir))
+        .collect())
+}
+
+pub(crate) fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names() {
+        assert!(valid_id("sb-0123456789abcdef01234567"));
+        for bad in [
+            "sb-0123456789ABCDEF01234567",
+            "sb-0123",
+            "../../etc",
+            "sb-0123456789abcdef0123456/",
+        ] {
+            assert!(!valid_id(bad), "{bad}");
+        }
+        assert!(valid_name("a.b_c-1"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("a/b"));
+        assert!(!valid_name(&"x".repeat(65)));
+        let r = random_hex(12).unwrap();
+        assert!(valid_id(&format!("sb-{r}")));
+    }
+
+    #[test]
+    fn tail_is_bounded() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("log");
+        assert_eq!(tail(&p, 5).unwrap(), "");
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&format!("line {i}\n"));
+        }
+        fs::write(&p, &text).unwrap();
+        assert_eq!(tail(&p, 2).unwrap(), "line 19998\nline 19999");
+        let many = tail(&p, 1_000_000).unwrap();
+        assert!(many.len() <= 64 * 1024);
+        assert!(many.lines().next().unwrap().starts_with("line "));
+    }
+
+    #[test]
+    fn own_process_is_alive() {
+        let me = ProcId::of(std::process::id()).unwrap();
+        assert!(me.alive());
+        let other = ProcId {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(!other.alive(), "a different start time is another process");
+    }
+}
