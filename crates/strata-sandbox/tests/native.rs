@@ -450,3 +450,106 @@ fn launch_cleans_up_after_a_failed_start() {
     b.stop(&info.id, Duration::from_secs(5)).unwrap();
     b.delete(&info.id).unwrap();
 }
+
+#[test]
+fn stop_from_another_process_kills_a_daemon_that_ignores_sigterm() {
+    let env = env();
+    let b = &env.backend;
+    let info = b.create(&request(&env, None)).unwrap();
+    b.install_daemon(&info.id, &install(&env, &info, "stubborn"))
+        .unwrap();
+    b.start(&info.id, Duration::from_secs(10)).unwrap();
+    let t0 = Instant::now();
+    let out = std::process::Command::new(FAKE)
+        .args([
+            "stop".as_ref(),
+            b.state_root().as_os_str(),
+            info.id.as_str().as_ref(),
+            "300".as_ref(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "stop from a fresh process: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // SIGTERM ignored: the grace period passed, then SIGKILL ended it.
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert!(b
+        .log_tail(&info.id, 10)
+        .unwrap()
+        .contains("ignoring SIGTERM"));
+    assert_eq!(b.open(&info.id).unwrap().state, State::Stopped);
+    assert!(Cgroup::find(&format!("strata-{}", info.id))
+        .unwrap()
+        .is_none());
+    b.delete(&info.id).unwrap();
+    assert!(!info.daemon.state_dir.exists());
+}
+
+#[test]
+fn a_rootfs_directory_gets_a_copy_of_the_daemon_and_the_state_directory() {
+    let env = env();
+    let b = &env.backend;
+    let rootfs = tempfile::tempdir_in("/var/tmp").unwrap();
+    copy_libs(rootfs.path());
+    let mut req = request(&env, Some("rootfs"));
+    req.root = strata_sandbox::RootFs::Dir {
+        path: rootfs.path().into(),
+        readonly: true,
+    };
+    let before = top_names(rootfs.path());
+    let info = b.create(&req).unwrap();
+    // Not reachable in place: run from a 0755 copy in the state directory.
+    assert_eq!(info.daemon.exe, info.daemon.state_dir.join("bin/strata"));
+    b.install_daemon(&info.id, &install(&env, &info, "ok"))
+        .unwrap();
+    assert_eq!(mode_of(&info.daemon.exe), 0o755);
+    let started = b.start(&info.id, Duration::from_secs(10)).expect("start");
+    assert!(started.marker.contains("socket="));
+    let log = b.log_tail(&info.id, 20).unwrap();
+    assert!(log.contains("store_ok=true"), "{log}");
+    b.stop(&info.id, Duration::from_secs(5)).unwrap();
+    b.delete(&info.id).unwrap();
+    // No /workspace and no state directory path in the read-only rootfs:
+    // both came from mount point layers. (/dev, /proc, /sys and /tmp are
+    // created in it if missing, as documented on RootFs::Dir.)
+    let mut after = top_names(rootfs.path());
+    after.retain(|n| !["dev", "proc", "sys", "tmp"].contains(&n.as_str()));
+    assert_eq!(after, before);
+}
+
+/// The shared libraries of the fake daemon at their host paths, for a
+/// minimal rootfs.
+fn copy_libs(dir: &Path) {
+    let out = std::process::Command::new("ldd")
+        .arg(FAKE)
+        .output()
+        .expect("run ldd");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for l in text.lines() {
+        let path = match l.split_once("=>") {
+            Some((_, r)) => r.split_whitespace().next(),
+            None => l.split_whitespace().next(),
+        };
+        if let Some(p) = path.filter(|p| p.starts_with('/')) {
+            let dst = dir.join(&p[1..]);
+            std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+            std::fs::copy(p, &dst).unwrap_or_else(|e| panic!("copy {p}: {e}"));
+        }
+    }
+}
+
+fn top_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}

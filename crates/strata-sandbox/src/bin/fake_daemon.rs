@@ -7,9 +7,10 @@
 //!   Store) to the log file, listen on the Unix socket (0600), print the
 //!   startup marker and answer `ok` to every connection. Modes: `ok`,
 //!   `die` (exit before the marker), `hang` (never print it), `garbage`
-//!   (a wrong first line).
+//!   (a wrong first line), `stubborn` (ignore SIGTERM).
 //! * `open ROOT ID`: reopen a Sandbox by ID from a fresh process and print
-//!   its `SandboxInfo` as JSON.
+//!   its `SandboxInfo` as JSON; `stop ROOT ID GRACE_MS`: stop it from a
+//!   fresh process.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -36,28 +37,34 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         ["__strata-daemon", "--config", path] => daemon(Path::new(path)),
-        ["open", root, id] => {
-            let b = match NativeBackend::new(root) {
-                Ok(b) => b,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(1);
-                }
-            };
-            match b.open(&SandboxId(id.to_string())) {
-                Ok(info) => {
-                    println!("{}", serde_json::to_string(&info).expect("info serializes"));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("{e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        ["open", root, id] => backend_call(root, |b| {
+            let info = b.open(&SandboxId(id.to_string()))?;
+            println!("{}", serde_json::to_string(&info).expect("info serializes"));
+            Ok(())
+        }),
+        ["stop", root, id, grace_ms] => backend_call(root, |b| {
+            let grace = std::time::Duration::from_millis(grace_ms.parse().unwrap_or(0));
+            b.stop(&SandboxId(id.to_string()), grace)
+        }),
         _ => {
-            eprintln!("usage: __strata-daemon --config PATH | open ROOT ID");
+            eprintln!(
+                "usage: __strata-daemon --config PATH | open ROOT ID | stop ROOT ID GRACE_MS"
+            );
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Run `f` on the backend at `root` from this (fresh) process.
+fn backend_call(
+    root: &str,
+    f: impl FnOnce(&NativeBackend) -> Result<(), strata_sandbox::BackendError>,
+) -> ExitCode {
+    match NativeBackend::new(root).and_then(|b| f(&b)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
         }
     }
 }
@@ -92,6 +99,11 @@ fn daemon(config: &Path) -> ExitCode {
         }
         "garbage" => {
             println!("hello, not a marker");
+        }
+        "stubborn" => {
+            let _ = writeln!(log, "ignoring SIGTERM");
+            // SAFETY: setting a signal's disposition to SIG_IGN runs no code.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
         }
         _ => {}
     }
