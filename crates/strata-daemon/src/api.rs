@@ -1,0 +1,320 @@
+//! The wire types of the daemon's HTTP/JSON API (docs/api/openapi.yaml is
+//! the language-neutral description of the same shapes). The SDK uses these
+//! types directly, so a change here is a change of the published API.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of every route.
+pub const API_PREFIX: &str = "/v1";
+
+/// Content type of the exec output stream (one JSON object per line).
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// `GET /v1/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Always "ok" when the daemon answers.
+    pub status: String,
+    /// The daemon's pid (in its own PID namespace).
+    pub pid: u32,
+    pub version: String,
+    /// Mounted Workspaces.
+    pub workspaces: usize,
+    /// Execs still running.
+    pub running_execs: usize,
+}
+
+/// `POST /v1/workspaces`: mount a Workspace of branch `ref`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountRequest {
+    /// `PROJECT/BRANCH`: the branch the Workspace projects and commits to.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// Absolute mount path inside the Sandbox (default: the daemon's
+    /// `default_mount`, normally `/workspace`). Created if missing; must
+    /// be empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+}
+
+/// A mounted Workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceInfo {
+    pub id: String,
+    /// Where it is mounted (inside the Sandbox).
+    pub path: String,
+    /// `PROJECT/BRANCH`.
+    pub branch: String,
+    /// The commit the Workspace shows changes against (hex).
+    pub base: String,
+}
+
+/// One changed path of `GET /v1/workspaces/{id}/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeEntry {
+    /// Slash-separated path relative to the Workspace root (lossy UTF-8
+    /// for display; `path_b64` holds the exact bytes).
+    pub path: String,
+    /// The exact path bytes, base64 (standard alphabet).
+    pub path_b64: String,
+    /// `added`, `modified`, `deleted` or `type_changed`.
+    pub kind: String,
+}
+
+/// `GET /v1/workspaces/{id}/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    pub id: String,
+    pub base: String,
+    pub changes: Vec<ChangeEntry>,
+}
+
+/// `POST /v1/workspaces/{id}/commit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRequest {
+    pub message: String,
+}
+
+/// Result of a commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitResponse {
+    /// `committed` or `up_to_date` (nothing changed, nothing written).
+    pub outcome: String,
+    /// The new head (committed) or the unchanged base (up_to_date), hex.
+    pub commit: String,
+    pub branch: String,
+}
+
+/// `POST /v1/workspaces/{id}/unmount`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmountRequest {
+    /// Also drop the uncommitted changes and the scratch directory. Without
+    /// it the Workspace stays recoverable (its journal and upper layer are
+    /// kept in the scratch directory under the same ID).
+    #[serde(default)]
+    pub discard: bool,
+}
+
+/// Result of an unmount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmountResponse {
+    pub id: String,
+    pub discarded: bool,
+}
+
+/// `POST /v1/execs`: run one command (no shell).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// argv; argv[0] is a path or a name looked up in PATH. No NUL bytes;
+    /// at most 1 MiB with env.
+    pub argv: Vec<String>,
+    /// The command's whole environment (nothing is inherited from the
+    /// daemon). Names must be non-empty without '=' or NUL. PATH defaults
+    /// to a standard one.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory, absolute; must be inside a mounted Workspace.
+    /// Default: the path of `workspace` (or of the only mounted Workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Workspace ID the command works in (default: the only mounted one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// `UID:GID`, default `1500:1500`; 0 is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Give the command a stdin pipe, fed by `POST /v1/execs/{id}/stdin`
+    /// and closed by `POST /v1/execs/{id}/stdin/close` (EOF). Without it
+    /// (and without `stdin_data`) stdin is /dev/null.
+    #[serde(default)]
+    pub stdin: bool,
+    /// Bytes (base64) written to stdin at start. Then EOF, unless `stdin`
+    /// is also true (the pipe stays open for more writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_data: Option<String>,
+    /// Cancel (SIGTERM, then SIGKILL after the grace period) after this
+    /// many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Result of `POST /v1/execs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecCreated {
+    pub id: String,
+    /// pid of the command (also its process group id).
+    pub pid: u32,
+}
+
+/// How an exec ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitInfo {
+    /// Exit code, when it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    /// Terminating signal number, when a signal ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// e.g. `SIGTERM`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal_name: Option<String>,
+    /// It was cancelled by `POST /v1/execs/{id}/cancel`.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// It was cancelled because its timeout ran out.
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// Why an exec never ran its program (e.g. ENOENT: not found in the
+/// Sandbox). Never reported as a made-up exit status.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecFailure {
+    /// Where it failed (e.g. `exec`, `execve`, `chdir`, `seccomp`).
+    pub stage: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+    /// Symbolic errno, e.g. `ENOENT`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno_name: Option<String>,
+}
+
+/// `GET /v1/execs/{id}`, `GET /v1/execs/{id}/wait`, cancel result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecStatus {
+    pub id: String,
+    pub pid: u32,
+    /// `running`, `exited` (see `exit`) or `failed` (see `failure`).
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ExecFailure>,
+    pub argv: Vec<String>,
+    pub workspace: Option<String>,
+    /// Milliseconds since the exec started (or its total run time).
+    pub elapsed_ms: u64,
+}
+
+/// `POST /v1/execs/{id}/cancel`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// Milliseconds between SIGTERM and SIGKILL (default 2000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
+/// `POST /v1/execs/{id}/stdin` result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StdinWritten {
+    pub written: usize,
+}
+
+/// One line of the NDJSON output stream `GET /v1/execs/{id}/output`.
+/// `seq` numbers start at 0 and increase by one per frame across both
+/// streams, so the interleaving the daemon observed is preserved; within
+/// one stream the order is the command's write order. The last frame is
+/// `exit` or `error`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Frame {
+    Stdout {
+        seq: u64,
+        /// The bytes, base64 (standard alphabet): lossless.
+        data: String,
+    },
+    Stderr {
+        seq: u64,
+        data: String,
+    },
+    Exit {
+        seq: u64,
+        #[serde(flatten)]
+        exit: ExitInfo,
+    },
+    Error {
+        seq: u64,
+        #[serde(flatten)]
+        failure: ExecFailure,
+    },
+}
+
+/// The body of every error response: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What failed and what to do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code: `invalid_input`, `not_found`,
+    /// `conflict`, `busy`, `exec_failed`, `internal`.
+    pub code: String,
+    /// One sentence: what failed.
+    pub message: String,
+    /// What to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// For `conflict`: the branch head that won the race (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_head: Option<String>,
+    /// For `exec_failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<i32>,
+}
+
+/// Name of a signal number (`SIGTERM`), or `SIG<n>`.
+pub fn signal_name(sig: i32) -> String {
+    let n = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGCHLD => "SIGCHLD",
+        libc::SIGCONT => "SIGCONT",
+        libc::SIGSTOP => "SIGSTOP",
+        libc::SIGTSTP => "SIGTSTP",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("SIG{sig}"),
+    };
+    n.to_string()
+}
+
+/// Name of an errno (`ENOENT`) for the common ones, else `E<n>`.
+pub fn errno_name(e: i32) -> String {
+    let n = match e {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::EIO => "EIO",
+        libc::E2BIG => "E2BIG",
+        libc::ENOEXEC => "ENOEXEC",
+        libc::EACCES => "EACCES",
+        libc::ENOTDIR => "ENOTDIR",
+        libc::EISDIR => "EISDIR",
+        libc::EINVAL => "EINVAL",
+        libc::ENOMEM => "ENOMEM",
+        libc::ETXTBSY => "ETXTBSY",
+        libc::ELOOP => "ELOOP",
+        libc::ENAMETOOLONG => "ENAMETOOLONG",
+        libc::ENOSYS => "ENOSYS",
+        _ => return format!("E{e}"),
+    };
+    n.to_string()
+}

@@ -1,0 +1,187 @@
+//! The daemon's private configuration file (JSON, mode 0600, written by the
+//! backend at B3) and the bearer token file it points to.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::DaemonError;
+
+/// Default bound of buffered, undelivered output per exec (both streams).
+pub const DEFAULT_OUTPUT_BUFFER: usize = 4 << 20;
+
+/// Everything the daemon needs. Read from a file whose path is the only
+/// argument (`__strata-daemon --config PATH`); the token itself is in
+/// another 0600 file, never in argv or the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonConfig {
+    /// The Unix socket to serve on (created with mode 0600; an existing
+    /// socket file at the path is replaced).
+    pub socket: PathBuf,
+    /// File holding the bearer token: 64 hex digits (32 random bytes).
+    /// Must be mode 0600 (no group/other bits) and owned by the daemon's uid.
+    pub token_file: PathBuf,
+    /// Where tracing logs go (appended); `GET /v1/logs` tails it.
+    pub log_file: PathBuf,
+    /// The Store directory (B2).
+    pub store: PathBuf,
+    /// Scratch root of the Workspaces (journal + upper layer per ID).
+    pub scratch_dir: PathBuf,
+    /// Directory for per-exec failure reports (created 0711, root-owned;
+    /// each exec gets a 0700 subdirectory owned by its uid, because the
+    /// exec helper may fail after dropping privileges). Every command's
+    /// uid must be able to traverse the path to it. Default:
+    /// `<scratch_dir>/.execs`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<PathBuf>,
+    /// Also serve on 127.0.0.1:PORT (0: any free port, printed in the
+    /// marker). Off by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_port: Option<u16>,
+    /// A binary that calls `strata_sandbox::maybe_run_internal()` first
+    /// (the strata binary): re-executed as the single-threaded
+    /// `__strata-exec` helper for every command. Default: this executable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub helper_exe: Option<PathBuf>,
+    /// Default mount path of a Workspace (default `/workspace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_mount: Option<PathBuf>,
+    /// Default identity of commands and owner of a Workspace root,
+    /// `[uid, gid]` (default 1500:1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_user: Option<(u32, u32)>,
+    /// Bound of buffered undelivered output per exec, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_buffer_bytes: Option<usize>,
+    /// Skip the Store's filesystem-type check.
+    #[serde(default)]
+    pub allow_any_fs: bool,
+}
+
+impl DaemonConfig {
+    /// A config with the defaults for everything optional.
+    pub fn new(
+        socket: PathBuf,
+        token_file: PathBuf,
+        log_file: PathBuf,
+        store: PathBuf,
+        scratch_dir: PathBuf,
+    ) -> Self {
+        DaemonConfig {
+            socket,
+            token_file,
+            log_file,
+            store,
+            scratch_dir,
+            run_dir: None,
+            tcp_port: None,
+            helper_exe: None,
+            default_mount: None,
+            default_user: None,
+            output_buffer_bytes: None,
+            allow_any_fs: false,
+        }
+    }
+
+    /// Read a config file. It must not be readable by group or others
+    /// (it says where the token is and how the daemon is wired).
+    pub fn load(path: &Path) -> Result<Self, DaemonError> {
+        check_private(path, "config file")?;
+        let text = std::fs::read(path).map_err(|e| DaemonError::Config {
+            path: path.into(),
+            message: format!("read: {e}"),
+        })?;
+        serde_json::from_slice(&text).map_err(|e| DaemonError::Config {
+            path: path.into(),
+            message: format!("parse: {e}"),
+        })
+    }
+
+    pub(crate) fn run_dir(&self) -> PathBuf {
+        self.run_dir
+            .clone()
+            .unwrap_or_else(|| self.scratch_dir.join(".execs"))
+    }
+
+    pub(crate) fn default_mount(&self) -> PathBuf {
+        self.default_mount
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/workspace"))
+    }
+
+    pub(crate) fn default_user(&self) -> (u32, u32) {
+        self.default_user
+            .unwrap_or((strata_sandbox::DEFAULT_UID, strata_sandbox::DEFAULT_GID))
+    }
+}
+
+/// Refuse a file with group/other permission bits or another owner.
+fn check_private(path: &Path, what: &str) -> Result<(), DaemonError> {
+    let meta = std::fs::metadata(path).map_err(|e| DaemonError::Config {
+        path: path.into(),
+        message: format!("{what}: {e}"),
+    })?;
+    if meta.mode() & 0o077 != 0 {
+        return Err(DaemonError::Config {
+            path: path.into(),
+            message: format!(
+                "{what} has mode {:o}; it must be private: chmod 600 it",
+                meta.mode() & 0o7777
+            ),
+        });
+    }
+    let euid = rustix::process::geteuid().as_raw();
+    if meta.uid() != euid {
+        return Err(DaemonError::Config {
+            path: path.into(),
+            message: format!(
+                "{what} is owned by uid {} but the daemon runs as uid {euid}",
+                meta.uid()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Read and check the bearer token file: 64 hex digits, mode 0600.
+pub fn read_token(path: &Path) -> Result<String, DaemonError> {
+    check_private(path, "token file")?;
+    let text = std::fs::read_to_string(path).map_err(|e| DaemonError::Config {
+        path: path.into(),
+        message: format!("read token: {e}"),
+    })?;
+    let t = text.trim();
+    if t.len() != 64 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(DaemonError::Config {
+            path: path.into(),
+            message: "the token must be 64 hex digits (32 random bytes)".into(),
+        });
+    }
+    Ok(t.to_ascii_lowercase())
+}
+
+/// A fresh token: 32 random bytes as 64 lowercase hex digits.
+pub fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    hex::encode(bytes)
+}
+
+/// Write `token` to `path` with mode 0600 (created exclusively).
+pub fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
+    write_private(path, format!("{token}\n").as_bytes())
+}
+
+/// Write a private (0600) file, created exclusively (an existing file is
+/// an error: nobody can plant one for us).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}

@@ -1,0 +1,502 @@
+//! Execs: one command per exec, started through strata-sandbox's
+//! single-threaded `__strata-exec` helper (the daemon is multi-threaded and
+//! never drops privileges itself), in a process group of its own so that a
+//! cancel reaches the command and everything it started.
+//!
+//! Output rule (documented in the OpenAPI file too): stdout and stderr are
+//! read as they are produced into frames with one sequence number across
+//! both streams. Undelivered frames are buffered up to a bound per exec
+//! (`output_buffer_bytes`, default 4 MiB); when the buffer is full the
+//! daemon stops reading the pipes, so a chatty command blocks in write(2)
+//! (backpressure) instead of growing the daemon's memory or losing bytes.
+//! A frame leaves the buffer when it is handed to the one attached output
+//! stream. A client that disconnects mid-exec does **not** cancel the exec:
+//! it keeps running, its output waits in the buffer (then backpressure),
+//! and a new `GET /v1/execs/{id}/output` resumes with the first frame not
+//! yet handed out. Only frames already written to the dropped connection
+//! can be lost. Every command is waited for by the daemon (no zombie); its
+//! orphans are reaped by the Sandbox's init (PID 1).
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Notify;
+
+use crate::api::{self, ExecFailure, ExitInfo, Frame};
+
+/// Read size of the pipe readers.
+const CHUNK: usize = 64 * 1024;
+/// How long to keep reading the pipes after the command exited (a
+/// background process may hold them open).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+/// Default SIGTERM -> SIGKILL grace period.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub(crate) enum End {
+    Exited(ExitInfo),
+    Failed(ExecFailure),
+}
+
+#[derive(Debug)]
+struct Buffered {
+    stream: u8, // 1 stdout, 2 stderr
+    seq: u64,
+    data: bytes::Bytes,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    frames: VecDeque<Buffered>,
+    bytes: usize,
+    next_seq: u64,
+    end: Option<End>,
+    /// The final frame was handed to a stream.
+    end_delivered: bool,
+    attached: bool,
+    cancelled: bool,
+    timed_out: bool,
+    finished_at: Option<Instant>,
+}
+
+/// One exec.
+#[derive(Debug)]
+pub struct Exec {
+    pub id: String,
+    pub pid: u32,
+    pub argv: Vec<String>,
+    pub workspace: Option<String>,
+    started: Instant,
+    bound: usize,
+    inner: Mutex<Inner>,
+    /// Woken when frames arrive or the exec ends.
+    data: Notify,
+    /// Woken when buffer space frees up.
+    space: Notify,
+    /// Woken when the exec ends.
+    done: Notify,
+    stdin: Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+    kill_sent: AtomicBool,
+}
+
+/// What to run, validated by the caller.
+pub(crate) struct Launch {
+    pub id: String,
+    pub argv: Vec<String>,
+    pub env: Vec<(OsString, OsString)>,
+    pub cwd: PathBuf,
+    pub identity: strata_sandbox::Identity,
+    pub helper_exe: PathBuf,
+    pub report: PathBuf,
+    pub stdin_pipe: bool,
+    pub stdin_data: Option<Vec<u8>>,
+    pub timeout: Option<Duration>,
+    pub workspace: Option<String>,
+    pub bound: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LaunchError {
+    #[error("{0}")]
+    Spec(String),
+    #[error("starting the exec helper {exe}: {source}")]
+    Spawn {
+        exe: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Exec {
+    /// Start the command and the tasks that read its output and wait for it.
+    pub(crate) fn start(l: Launch) -> Result<Arc<Exec>, LaunchError> {
+        let spec = strata_sandbox::ExecSpec {
+            argv: l.argv.iter().map(OsString::from).collect(),
+            env: l.env,
+            cwd: l.cwd,
+            identity: l.identity,
+            rlimits: Vec::new(),
+            // The process group is made by posix_spawn (below), before the
+            // helper runs: then the pgid is the pid from the first instant.
+            session: strata_sandbox::Session::Inherit,
+        };
+        let mut std_cmd =
+            strata_sandbox::exec_helper_command(&l.helper_exe, &spec, Some(&l.report))
+                .map_err(|e| LaunchError::Spec(e.to_string()))?;
+        std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        let want_stdin = l.stdin_pipe || l.stdin_data.is_some();
+        cmd.stdin(if want_stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(false);
+        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+            exe: l.helper_exe.clone(),
+            source,
+        })?;
+        let pid = child.id().unwrap_or(0);
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let stdin = child.stdin.take();
+        let exec = Arc::new(Exec {
+            id: l.id,
+            pid,
+            argv: l.argv,
+            workspace: l.workspace,
+            started: Instant::now(),
+            bound: l.bound.max(CHUNK),
+            inner: Mutex::new(Inner::default()),
+            data: Notify::new(),
+            space: Notify::new(),
+            done: Notify::new(),
+            stdin: Arc::new(tokio::sync::Mutex::new(None)),
+            kill_sent: AtomicBool::new(false),
+        });
+        // stdin: initial data, then EOF unless the caller keeps it open.
+        // The pipe's lock is taken before this returns, so a later write
+        // through the API always follows the initial data.
+        if let Some(mut s) = stdin {
+            let mut guard = exec
+                .stdin
+                .clone()
+                .try_lock_owned()
+                .expect("nobody else has this exec yet");
+            match l.stdin_data {
+                Some(data) => {
+                    let keep = l.stdin_pipe;
+                    tokio::spawn(async move {
+                        let _ = s.write_all(&data).await;
+                        if keep {
+                            *guard = Some(s);
+                        }
+                        // else: dropping `s` closes the pipe (EOF).
+                    });
+                }
+                None => *guard = Some(s),
+            }
+        }
+        let r1 = tokio::spawn(read_pipe(exec.clone(), stdout, 1));
+        let r2 = tokio::spawn(read_pipe(exec.clone(), stderr, 2));
+        let e = exec.clone();
+        let report = l.report;
+        let timeout = l.timeout;
+        tokio::spawn(async move {
+            let status = match timeout {
+                None => child.wait().await,
+                Some(t) => match tokio::time::timeout(t, child.wait()).await {
+                    Ok(s) => s,
+                    Err(_) => {
+                        e.inner.lock().unwrap().timed_out = true;
+                        e.signal_group(libc::SIGTERM);
+                        let e2 = e.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(DEFAULT_GRACE).await;
+                            if !e2.is_finished() {
+                                e2.signal_group(libc::SIGKILL);
+                            }
+                        });
+                        child.wait().await
+                    }
+                },
+            };
+            // Drain what the command wrote before it ended; a background
+            // process holding the pipes open does not hold the exec up.
+            let drain = async {
+                let _ = r1.await;
+                let _ = r2.await;
+            };
+            if tokio::time::timeout(DRAIN_AFTER_EXIT, drain).await.is_err() {
+                tracing::info!(exec = %e.id, "pipes still open {DRAIN_AFTER_EXIT:?} after exit (a background process holds them); output after this point is dropped");
+            }
+            let end = match status {
+                Err(err) => End::Failed(ExecFailure {
+                    stage: "wait".into(),
+                    message: format!("waiting for the command: {err}"),
+                    errno: err.raw_os_error(),
+                    errno_name: err.raw_os_error().map(api::errno_name),
+                }),
+                Ok(st) => {
+                    // The helper failed before execve: its report says why.
+                    let failure =
+                        if st.code() == Some(strata_sandbox::internal::EXEC_HELPER_FAILURE_EXIT) {
+                            std::fs::read(&report).ok().and_then(|b| {
+                                serde_json::from_slice::<strata_sandbox::Failure>(&b).ok()
+                            })
+                        } else {
+                            None
+                        };
+                    if let Some(dir) = report.parent() {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
+                    match failure {
+                        Some(f) => End::Failed(ExecFailure {
+                            stage: f.stage,
+                            message: f.message,
+                            errno: f.errno,
+                            errno_name: f.errno.map(api::errno_name),
+                        }),
+                        None => {
+                            let (cancelled, timed_out) = {
+                                let i = e.inner.lock().unwrap();
+                                (i.cancelled, i.timed_out)
+                            };
+                            End::Exited(ExitInfo {
+                                code: st.code(),
+                                signal: st.signal(),
+                                signal_name: st.signal().map(api::signal_name),
+                                cancelled,
+                                timed_out,
+                            })
+                        }
+                    }
+                }
+            };
+            // A cancelled exec takes its whole process group with it.
+            let (cancelled, timed_out) = {
+                let i = e.inner.lock().unwrap();
+                (i.cancelled, i.timed_out)
+            };
+            if cancelled || timed_out {
+                e.signal_group(libc::SIGKILL);
+            }
+            *e.stdin.lock().await = None;
+            tracing::info!(exec = %e.id, end = ?end, "exec ended");
+            {
+                let mut i = e.inner.lock().unwrap();
+                i.end = Some(end);
+                i.finished_at = Some(Instant::now());
+            }
+            e.data.notify_waiters();
+            e.done.notify_waiters();
+        });
+        Ok(exec)
+    }
+
+    /// `kill(-pgid, sig)`; the pgid is the command's pid.
+    fn signal_group(&self, sig: i32) {
+        if self.pid == 0 {
+            return;
+        }
+        if sig == libc::SIGKILL {
+            self.kill_sent.store(true, Ordering::SeqCst);
+        }
+        // SAFETY: kill(2) with a negative pid signals a process group; no
+        // memory is involved.
+        let r = unsafe { libc::kill(-(self.pid as i32), sig) };
+        if r != 0 {
+            // The group may be gone already (ESRCH): nothing to do.
+            tracing::debug!(exec = %self.id, sig, err = %std::io::Error::last_os_error(), "kill group");
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.inner.lock().unwrap().end.is_some()
+    }
+
+    pub fn finished_at(&self) -> Option<Instant> {
+        self.inner.lock().unwrap().finished_at
+    }
+
+    pub fn status(&self) -> api::ExecStatus {
+        let i = self.inner.lock().unwrap();
+        let (state, exit, failure) = match &i.end {
+            None => ("running", None, None),
+            Some(End::Exited(x)) => ("exited", Some(x.clone()), None),
+            Some(End::Failed(f)) => ("failed", None, Some(f.clone())),
+        };
+        let elapsed = i
+            .finished_at
+            .unwrap_or_else(Instant::now)
+            .duration_since(self.started);
+        api::ExecStatus {
+            id: self.id.clone(),
+            pid: self.pid,
+            state: state.into(),
+            exit,
+            failure,
+            argv: self.argv.clone(),
+            workspace: self.workspace.clone(),
+            elapsed_ms: elapsed.as_millis() as u64,
+        }
+    }
+
+    /// Wait for the end (or `limit`).
+    pub async fn wait(&self, limit: Option<Duration>) -> api::ExecStatus {
+        let fut = async {
+            loop {
+                let n = self.done.notified();
+                tokio::pin!(n);
+                n.as_mut().enable();
+                if self.is_finished() {
+                    return;
+                }
+                n.await;
+            }
+        };
+        match limit {
+            Some(l) => {
+                let _ = tokio::time::timeout(l, fut).await;
+            }
+            None => fut.await,
+        }
+        self.status()
+    }
+
+    /// SIGTERM to the group now, SIGKILL after `grace`; waits for the end
+    /// (bounded by grace + 2 s) and returns the status with the signal.
+    pub async fn cancel(self: &Arc<Self>, grace: Duration) -> api::ExecStatus {
+        if self.is_finished() {
+            return self.status();
+        }
+        self.inner.lock().unwrap().cancelled = true;
+        tracing::info!(exec = %self.id, "cancel: SIGTERM to process group {}", self.pid);
+        self.signal_group(libc::SIGTERM);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let st = me.wait(Some(grace)).await;
+            if st.state == "running" {
+                tracing::info!(exec = %me.id, "cancel: grace over, SIGKILL");
+                me.signal_group(libc::SIGKILL);
+            }
+        });
+        self.wait(Some(grace + Duration::from_secs(2))).await
+    }
+
+    /// Write to the command's stdin.
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<usize, StdinError> {
+        let mut g = self.stdin.lock().await;
+        let s = g.as_mut().ok_or(StdinError::Closed)?;
+        s.write_all(data).await.map_err(StdinError::Io)?;
+        s.flush().await.map_err(StdinError::Io)?;
+        Ok(data.len())
+    }
+
+    /// Close stdin (the command reads EOF). Idempotent.
+    pub async fn close_stdin(&self) {
+        let mut g = self.stdin.lock().await;
+        if let Some(mut s) = g.take() {
+            let _ = s.shutdown().await;
+        }
+    }
+
+    /// Attach the one output stream; `None` if another is attached.
+    pub fn attach(self: &Arc<Self>) -> Option<OutputStream> {
+        let mut i = self.inner.lock().unwrap();
+        if i.attached {
+            return None;
+        }
+        i.attached = true;
+        Some(OutputStream { exec: self.clone() })
+    }
+}
+
+#[derive(Debug)]
+pub enum StdinError {
+    Closed,
+    Io(std::io::Error),
+}
+
+async fn read_pipe<R: AsyncRead + Unpin>(exec: Arc<Exec>, mut r: R, stream: u8) {
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        // Backpressure: wait for room before reading more.
+        loop {
+            let n = exec.space.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if exec.inner.lock().unwrap().bytes < exec.bound {
+                break;
+            }
+            n.await;
+        }
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        {
+            let mut i = exec.inner.lock().unwrap();
+            let seq = i.next_seq;
+            i.next_seq += 1;
+            i.bytes += n;
+            i.frames.push_back(Buffered {
+                stream,
+                seq,
+                data: bytes::Bytes::copy_from_slice(&buf[..n]),
+            });
+        }
+        exec.data.notify_waiters();
+    }
+}
+
+/// The attached output stream of one exec: yields NDJSON lines.
+pub struct OutputStream {
+    exec: Arc<Exec>,
+}
+
+impl Drop for OutputStream {
+    fn drop(&mut self) {
+        self.exec.inner.lock().unwrap().attached = false;
+    }
+}
+
+impl OutputStream {
+    /// The next line (with its '\n'), or `None` after the final frame.
+    pub async fn next_line(&mut self) -> Option<bytes::Bytes> {
+        let e = &self.exec;
+        loop {
+            let n = e.data.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            let frame = {
+                let mut i = e.inner.lock().unwrap();
+                if let Some(b) = i.frames.pop_front() {
+                    i.bytes -= b.data.len();
+                    let data = base64::engine::general_purpose::STANDARD.encode(&b.data);
+                    Some(if b.stream == 1 {
+                        Frame::Stdout { seq: b.seq, data }
+                    } else {
+                        Frame::Stderr { seq: b.seq, data }
+                    })
+                } else if i.end_delivered {
+                    return None;
+                } else if let Some(end) = i.end.clone() {
+                    i.end_delivered = true;
+                    let seq = i.next_seq;
+                    Some(match end {
+                        End::Exited(exit) => Frame::Exit { seq, exit },
+                        End::Failed(failure) => Frame::Error { seq, failure },
+                    })
+                } else {
+                    None
+                }
+            };
+            if let Some(f) = frame {
+                e.space.notify_waiters();
+                let mut line = serde_json::to_vec(&f).expect("frame serializes");
+                line.push(b'\n');
+                return Some(line.into());
+            }
+            n.await;
+        }
+    }
+}
+
+/// Start a fresh output stream even if the final frame was handed out
+/// already (a reconnecting client after the end gets the final frame again).
+pub fn rearm_end(exec: &Exec) {
+    let mut i = exec.inner.lock().unwrap();
+    if i.frames.is_empty() && i.end.is_some() {
+        i.end_delivered = false;
+    }
+}

@@ -1,0 +1,317 @@
+//! A real daemon (the crate's binary, as root) on a temp Unix socket with a
+//! real Store, and a small blocking HTTP/1.1 client for the tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use base64::Engine;
+use strata_daemon::api::Frame;
+use strata_store::{NoProgress, Store, StoreOptions};
+
+pub const DAEMON: &str = env!("CARGO_BIN_EXE_strata-daemon");
+
+pub struct Daemon {
+    pub tmp: tempfile::TempDir,
+    pub child: Child,
+    pub socket: PathBuf,
+    pub token: String,
+    pub store_dir: PathBuf,
+    pub log: PathBuf,
+    pub marker: String,
+}
+
+pub fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the daemon tests mount FUSE and drop privileges: run them as root (CI does)"
+    );
+    assert!(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse is missing: load the fuse module"
+    );
+}
+
+impl Daemon {
+    /// Store with project `p` (main: hello.txt, dir/a.txt), daemon started.
+    pub fn start() -> Daemon {
+        require_root();
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // Commands (uid 1500) must reach the mount point under it.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let src = tmp.path().join("src");
+        std::fs::create_dir_all(src.join("dir")).unwrap();
+        std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
+        std::fs::write(src.join("dir/a.txt"), b"a\n").unwrap();
+        let store_dir = tmp.path().join("store");
+        let store = Store::create(&store_dir, &StoreOptions::default()).expect("store");
+        store
+            .create_project_from("p", &src, "base", &NoProgress)
+            .expect("project");
+        drop(store);
+        let private = tmp.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let token = strata_daemon::new_token();
+        let token_file = private.join("token");
+        strata_daemon::write_token(&token_file, &token).unwrap();
+        let socket = private.join("daemon.sock");
+        let log = private.join("daemon.log");
+        let cfg = strata_daemon::DaemonConfig::new(
+            socket.clone(),
+            token_file,
+            log.clone(),
+            store_dir.clone(),
+            private.join("scratch"),
+        );
+        let mut cfg = cfg;
+        // Reachable by uid 1500 (the helper writes its failure report there).
+        cfg.run_dir = Some(tmp.path().join("run"));
+        let cfg_path = private.join("config.json");
+        strata_daemon::write_private(&cfg_path, &serde_json::to_vec(&cfg).unwrap()).unwrap();
+        let mut child = Command::new(DAEMON)
+            .arg("--config")
+            .arg(&cfg_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn daemon");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("marker");
+        assert!(
+            line.starts_with("STRATA-DAEMON-READY socket="),
+            "no marker: {line:?}; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        Daemon {
+            tmp,
+            child,
+            socket,
+            token,
+            store_dir,
+            log,
+            marker: line.trim().to_string(),
+        }
+    }
+
+    pub fn store(&self) -> Store {
+        Store::open(&self.store_dir, &StoreOptions::default()).expect("open store")
+    }
+
+    pub fn req(&self, method: &str, path: &str, body: Option<&serde_json::Value>) -> Resp {
+        let b = body.map(|v| serde_json::to_vec(v).unwrap());
+        raw_request(
+            &self.socket,
+            method,
+            path,
+            Some(&self.token),
+            b.as_deref(),
+            "application/json",
+        )
+    }
+
+    pub fn req_bytes(&self, method: &str, path: &str, body: &[u8]) -> Resp {
+        raw_request(
+            &self.socket,
+            method,
+            path,
+            Some(&self.token),
+            Some(body),
+            "application/octet-stream",
+        )
+    }
+
+    /// Mount p/main at `<tmp>/mnt-<name>`; returns (id, path).
+    pub fn mount(&self, name: &str) -> (String, String) {
+        let at = self.tmp.path().join(format!("mnt-{name}"));
+        let r = self.req(
+            "POST",
+            "/v1/workspaces",
+            Some(&serde_json::json!({"ref": "p/main", "at": at})),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        let v = r.json();
+        (
+            v["id"].as_str().unwrap().to_string(),
+            v["path"].as_str().unwrap().to_string(),
+        )
+    }
+
+    /// Start an exec; returns its ID.
+    pub fn exec(&self, body: serde_json::Value) -> String {
+        let r = self.req("POST", "/v1/execs", Some(&body));
+        assert_eq!(r.status, 201, "{}", r.text());
+        r.json()["id"].as_str().unwrap().to_string()
+    }
+
+    /// Read the whole output stream of an exec.
+    pub fn output(&self, id: &str) -> Output {
+        let r = self.req("GET", &format!("/v1/execs/{id}/output"), None);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let mut out = Output::default();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let mut last_seq = None;
+        for line in r.text().lines() {
+            let f: Frame = serde_json::from_str(line).expect("frame");
+            let seq = match &f {
+                Frame::Stdout { seq, .. }
+                | Frame::Stderr { seq, .. }
+                | Frame::Exit { seq, .. }
+                | Frame::Error { seq, .. } => *seq,
+            };
+            if let Some(l) = last_seq {
+                assert!(seq > l, "seq not increasing: {l} then {seq}");
+            }
+            last_seq = Some(seq);
+            match f {
+                Frame::Stdout { data, .. } => out.stdout.extend(b64.decode(data).unwrap()),
+                Frame::Stderr { data, .. } => out.stderr.extend(b64.decode(data).unwrap()),
+                Frame::Exit { exit, .. } => out.exit = Some(exit),
+                Frame::Error { failure, .. } => out.error = Some(failure),
+            }
+            out.frames += 1;
+        }
+        out
+    }
+
+    pub fn run(&self, argv: &[&str]) -> Output {
+        let id = self.exec(serde_json::json!({ "argv": argv }));
+        self.output(&id)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.req("POST", "/v1/shutdown", None);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Output {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub exit: Option<strata_daemon::api::ExitInfo>,
+    pub error: Option<strata_daemon::api::ExecFailure>,
+    pub frames: usize,
+}
+
+impl Output {
+    pub fn out(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn err(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+    pub fn code(&self) -> Option<i32> {
+        self.exit.as_ref().and_then(|e| e.code)
+    }
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; decodes chunked bodies.
+pub fn raw_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    ctype: &str,
+) -> Resp {
+    let mut s = UnixStream::connect(socket).expect("connect");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: daemon\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let body = body.unwrap_or(b"");
+    if !body.is_empty() || method == "POST" {
+        req.push_str(&format!(
+            "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = Vec::new();
+        loop {
+            let nl = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("chunk size");
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
+                .unwrap();
+            rest = &rest[nl + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        out
+    } else {
+        rest.to_vec()
+    };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
