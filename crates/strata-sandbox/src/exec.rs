@@ -12,7 +12,7 @@
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rustix::thread::{CapabilitySet, CapabilitySets};
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,12 @@ pub enum ExecError {
     HideDevFuse {
         step: &'static str,
         source: io::Error,
+    },
+    #[error("exec: hiding {path} from the command: {message}")]
+    CommandMask {
+        path: PathBuf,
+        message: String,
+        errno: Option<i32>,
     },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
@@ -94,6 +100,7 @@ impl ExecError {
             Rlimit(RlimitError::Set { source, .. }) => source.raw_os_error(),
             Seccomp(InstallError::Install { source, .. }) => source.raw_os_error(),
             NotFound { .. } => Some(libc::ENOENT),
+            CommandMask { errno, .. } => *errno,
             _ => None,
         }
     }
@@ -339,6 +346,8 @@ fn mounts_on(path: &str) -> io::Result<usize> {
 ///   still propagate into the command's copy (the Sandbox root is shared,
 ///   see `mounts::build_view` step 7), while nothing in the command's
 ///   namespace propagates back (mount_namespaces(7), "slave mounts");
+/// * the command-only masks (`SandboxConfig::command_masked_paths`), read
+///   from the upper /dev before it goes;
 /// * lazy unmount of the upper /dev, revealing the commands' /dev.
 ///
 /// Nothing happens unless /dev/fuse exists *and* /dev is stacked, so on
@@ -362,12 +371,41 @@ fn hide_dev_fuse() -> Result<(), ExecError> {
             | rustix::mount::MountPropagationFlags::DOWNSTREAM,
     )
     .map_err(|e| err("make / rslave")(e.into()))?;
+    apply_command_masks()?;
     rustix::mount::unmount("/dev", rustix::mount::UnmountFlags::DETACH)
         .map_err(|e| err("umount2(/dev, MNT_DETACH) of the daemon's /dev")(e.into()))?;
     if std::path::Path::new(DEV_FUSE).exists() {
         return Err(ExecError::StillPrivileged {
             what: "/dev/fuse still visible".into(),
         });
+    }
+    Ok(())
+}
+
+/// Mask, in the command's own mount namespace, each path the Sandbox's
+/// init listed in the daemon's /dev layer. A missing list (a Sandbox built
+/// by an older init) means none; missing paths are skipped.
+fn apply_command_masks() -> Result<(), ExecError> {
+    let list = Path::new(crate::mounts::COMMAND_MASKS_FILE);
+    let fail = |path: &Path, message: String, errno: Option<i32>| ExecError::CommandMask {
+        path: path.into(),
+        message,
+        errno,
+    };
+    let paths: Vec<PathBuf> = match std::fs::read(list) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| fail(list, format!("unreadable list: {e}"), None))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(fail(list, format!("read: {e}"), e.raw_os_error())),
+    };
+    for p in paths.iter().filter(|p| p.exists()) {
+        crate::mounts::mask(p).map_err(|e| {
+            let errno = match &e {
+                crate::mounts::MountError::Step { source, .. } => source.raw_os_error(),
+                _ => None,
+            };
+            fail(p, e.to_string(), errno)
+        })?;
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
@@ -60,6 +60,10 @@ pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty
 const STAGING_TMPFS: &str = "/tmp";
 const STAGING_ROOT: &str = "/tmp/.strata-root";
 const STAGING_DEV: &str = "/tmp/.strata-dev";
+
+/// In the daemon's /dev layer only (commands lose that layer): the JSON
+/// list of `SandboxConfig::command_masked_paths`, for the exec helper.
+pub(crate) const COMMAND_MASKS_FILE: &str = "/dev/.strata-command-masks";
 
 /// A mount step failed; `step` says which and `path` where.
 #[derive(Debug, thiserror::Error)]
@@ -280,7 +284,7 @@ pub(crate) fn inside(root: &Path, p: &Path) -> Result<Option<PathBuf>, MountErro
     }
 }
 
-fn mask(target: &Path) -> Result<(), MountError> {
+pub(crate) fn mask(target: &Path) -> Result<(), MountError> {
     let meta = step("stat mask target", target, fs::metadata(target))?;
     if meta.is_dir() {
         mount(
@@ -397,7 +401,12 @@ enum DevSource {
     Lower,
 }
 
-fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountError> {
+fn populate_dev(
+    dev: &Path,
+    from: &Path,
+    source: DevSource,
+    command_masks: &[PathBuf],
+) -> Result<(), MountError> {
     mount(
         "tmpfs",
         dev,
@@ -462,6 +471,23 @@ fn populate_dev(dev: &Path, from: &Path, source: DevSource) -> Result<(), MountE
                 &fuse,
                 false,
                 "bind /dev/fuse for the daemon",
+            )?;
+            // Root-only (0600) and gone with this layer in a command's view.
+            let list = dev.join(
+                Path::new(COMMAND_MASKS_FILE)
+                    .strip_prefix("/dev")
+                    .unwrap_or(Path::new("")),
+            );
+            let json = serde_json::to_vec(command_masks).unwrap_or_default();
+            step(
+                "write the command-only masks",
+                &list,
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&list)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, &json)),
             )?;
         }
     }
@@ -632,7 +658,7 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     //     add nodes or replace the symlinks. This is the commands' /dev.
     let dev = under(&new_root, "/dev");
     detach_copies(&dev)?;
-    populate_dev(&dev, Path::new("/dev"), DevSource::Host)?;
+    populate_dev(&dev, Path::new("/dev"), DevSource::Host, &[])?;
 
     // 4e. The daemon's /dev (only with `dev_fuse`): a second tmpfs stacked
     //     on top of the commands' /dev, with the same device binds, the
@@ -645,7 +671,7 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     if dev_fuse {
         let upper = PathBuf::from(STAGING_DEV);
         mkdir_p(&upper, 0o755)?;
-        populate_dev(&upper, &dev, DevSource::Lower)?;
+        populate_dev(&upper, &dev, DevSource::Lower, &cfg.command_masked_paths)?;
         step(
             "move the daemon's /dev into place (MS_MOVE)",
             &dev,
@@ -672,7 +698,15 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
         RootFs::Dir { .. } => &[],
     };
     let defaults = DEFAULT_MASKED.iter().chain(host_masks).map(PathBuf::from);
-    for p in defaults.chain(cfg.masked_paths.iter().cloned()) {
+    // Without the daemon's /dev layer there is no way to tell commands
+    // apart: command-only masks then apply to everyone.
+    let command_only: &[PathBuf] = if dev_fuse {
+        &[]
+    } else {
+        &cfg.command_masked_paths
+    };
+    let masks = cfg.masked_paths.iter().chain(command_only).cloned();
+    for p in defaults.chain(masks) {
         let Some(target) = inside(&new_root, &p)? else {
             continue;
         };

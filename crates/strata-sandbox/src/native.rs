@@ -571,6 +571,10 @@ impl Backend for NativeBackend {
             ],
             dev_fuse: true,
             masked_paths: vec![req.store.clone()],
+            // Commands never see the state root (this Sandbox's Store bind,
+            // token and socket, and every other Sandbox's): a mask in their
+            // own mount namespace on top of its 0700 mode. The daemon does.
+            command_masked_paths: vec![self.root.clone()],
             mountpoints,
         };
         let mut argv: Vec<OsString> = vec![rec.daemon.exe.clone().into()];

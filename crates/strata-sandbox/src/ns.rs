@@ -76,6 +76,14 @@ pub struct SandboxConfig {
     /// directories are left as they are.
     #[serde(default)]
     pub mountpoints: Vec<PathBuf>,
+    /// Paths hidden from commands only, e.g. the native backend's state
+    /// root (the Store's bind, tokens, sockets): masked like
+    /// `masked_paths`, but in each command's own mount namespace, so the
+    /// daemon keeps them. Carried to the exec helper in the daemon's /dev
+    /// layer, so this needs `dev_fuse`; without it they are masked for
+    /// everyone. Missing paths are skipped.
+    #[serde(default)]
+    pub command_masked_paths: Vec<PathBuf>,
 }
 
 /// A [`SandboxConfig`] that cannot work; refused before anything starts.
@@ -127,7 +135,7 @@ impl SandboxConfig {
                 return Err(ConfigError::Mountpoint(m.clone()));
             }
         }
-        for m in &self.masked_paths {
+        for m in self.masked_paths.iter().chain(&self.command_masked_paths) {
             if !crate::exec::is_clean_absolute(m) {
                 return Err(ConfigError::Mask(m.clone()));
             }
@@ -149,6 +157,7 @@ impl Default for SandboxConfig {
             dev_fuse: false,
             masked_paths: Vec::new(),
             mountpoints: Vec::new(),
+            command_masked_paths: Vec::new(),
         }
     }
 }

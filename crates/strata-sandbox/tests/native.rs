@@ -181,6 +181,12 @@ fn lifecycle_create_start_list_reopen_stop_delete() {
     ] {
         assert!(seen.contains(want), "{want} missing: {seen}");
     }
+    // A command (exec helper, uid 1500) finds the state root masked: an
+    // empty directory, not even EACCES on the real one.
+    assert!(
+        log.contains("command_ls_state_root=exit=0 out=[]"),
+        "command view of the state root: {log}"
+    );
 
     // B10: by label and by name prefix.
     let by_label = b

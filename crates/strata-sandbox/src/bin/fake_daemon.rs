@@ -55,6 +55,28 @@ fn main() -> ExitCode {
     }
 }
 
+/// `ls -A dir` as a command (exec helper, privileges dropped): `exit=N out=[…]`.
+fn command_ls(dir: &Path) -> String {
+    let spec = strata_sandbox::ExecSpec {
+        argv: vec!["/bin/ls".into(), "-A".into(), dir.into()],
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: "/".into(),
+        identity: strata_sandbox::Identity::default(),
+        rlimits: vec![],
+        session: Default::default(),
+    };
+    let exe = std::env::current_exe().unwrap_or_default();
+    match strata_sandbox::exec_helper_command(&exe, &spec, None).map(|mut c| c.output()) {
+        Ok(Ok(o)) => format!(
+            "exit={} out=[{}]",
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).trim()
+        ),
+        Ok(Err(e)) => format!("spawn error {e}"),
+        Err(e) => format!("spec error {e}"),
+    }
+}
+
 /// Run `f` on the backend at `root` from this (fresh) process.
 fn backend_call(
     root: &str,
@@ -128,6 +150,14 @@ fn daemon(config: &Path) -> ExitCode {
         cfg.store.join("seen-by-daemon").exists(),
         host_store_hidden,
     );
+    // A command, started the way the real daemon starts them (exec helper,
+    // uid 1500), looks at the state root: it must find an empty mask.
+    let state_root = cfg
+        .socket
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("/"));
+    let _ = writeln!(log, "command_ls_state_root={}", command_ls(state_root));
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).expect("bind the socket");
     std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
