@@ -28,7 +28,7 @@ pub enum WsError {
         action: &'static str,
         path: PathBuf,
         #[source]
-        source: rusqlite::Error,
+        source: std::io::Error,
     },
 
     #[error("workspace journal {path} is unreadable: {reason}")]

@@ -499,6 +499,11 @@ impl Filesystem for WsFs {
     ) {
         let f = {
             let mut st = self.st();
+            // The metadata of the file (its name, mode...) is in the journal:
+            // fsync(2) promises it survives a power loss too.
+            if let Err(e) = st.journal.sync() {
+                return reply.error(io_errno("sync the journal", e));
+            }
             match st.node(ino.0).map(|n| matches!(n.data, Data::Upper(_))) {
                 Ok(true) => st.data_file(ino.0),
                 Ok(false) => return reply.ok(),

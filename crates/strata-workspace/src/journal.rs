@@ -1,22 +1,51 @@
-//! Persistence of the uncommitted state: a small SQLite database in the
-//! scratch directory. Every metadata change of the upper layer (new nodes,
-//! whiteouts, renames, modes, owners, xattrs) is written before the FUSE
-//! reply is sent, so that after `kill -9` the same Workspace ID reopens with
-//! the same state. WAL with synchronous=NORMAL: a process crash loses
-//! nothing (the WAL is in the page cache); only a power loss may drop the
-//! last transactions, which is also what an unsynced file write risks.
-//! `locking_mode=EXCLUSIVE`: one server per Workspace holds the flock anyway,
-//! so SQLite's per-transaction fcntl locks and shared memory are pure cost.
+//! Persistence of the uncommitted state: an append-only log in the scratch
+//! directory. Every metadata change of the upper layer (new nodes,
+//! whiteouts, renames, modes, owners, xattrs) is appended with one write(2)
+//! before the FUSE reply is sent, so that after `kill -9` the same Workspace
+//! ID reopens with the same state: the bytes are in the page cache once
+//! write(2) returns. (A power loss may drop the tail, like any unsynced
+//! write; `fsync` on a file of the mount syncs the log too.)
+//!
+//! Each FUSE operation is one batch: `[u32 len][u64 FNV-1a][postcard
+//! Vec<Rec>]`. A torn batch at the tail (crash mid-write) fails its checksum
+//! and is dropped whole, so an operation is never half applied. The log is
+//! compacted (rewritten as a snapshot, then renamed over) on open and when
+//! it grows well past the live state.
+//!
+//! Why not SQLite: a transaction per operation rewrote whole 4 KiB pages
+//! into the WAL (~12 KiB per create), which made `rm -rf` ten times slower
+//! than ext4; an append costs ~100 bytes.
 
 use crate::error::{Result, WsError};
 use crate::node::NodeRecord;
-use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+const MAGIC: &[u8; 16] = b"strata-wsjournal";
+const COMPACT_MIN: u64 = 32 << 20;
+
+#[derive(Serialize, Deserialize)]
+enum Rec {
+    Meta(String, String),
+    Node(u64, Vec<u8>),
+    DelNode(u64),
+    Entry(u64, Vec<u8>, Option<u64>),
+    DelEntry(u64, Vec<u8>),
+}
+
 pub(crate) struct Journal {
-    conn: Connection,
+    file: File,
     path: PathBuf,
     depth: u32,
+    batch: Vec<Rec>,
+    log_bytes: u64,
+    snapshot_bytes: u64,
+    meta: BTreeMap<String, String>,
+    nodes: HashMap<u64, Vec<u8>>,
+    entries: BTreeMap<(u64, Vec<u8>), Option<u64>>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -25,44 +54,165 @@ impl std::fmt::Debug for Journal {
     }
 }
 
-type Sql<T> = rusqlite::Result<T>;
+type Io<T> = std::io::Result<T>;
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+fn frame(recs: &[Rec]) -> Vec<u8> {
+    let payload = postcard::to_stdvec(recs).expect("encoding in-memory records cannot fail");
+    let mut out = Vec::with_capacity(payload.len() + 12);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&fnv(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
 
 impl Journal {
     pub(crate) fn open(path: &Path) -> Result<Journal> {
-        let err = |action| {
-            let path = path.to_path_buf();
-            move |source| WsError::Journal {
-                action,
-                path,
-                source,
-            }
-        };
-        let conn = Connection::open(path).map_err(err("open"))?;
-        conn.execute_batch(
-            "PRAGMA locking_mode=EXCLUSIVE;
-             PRAGMA synchronous=NORMAL;
-             PRAGMA journal_mode=WAL;
-             PRAGMA wal_autocheckpoint=16384;
-             BEGIN;
-             CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS nodes(ino INTEGER PRIMARY KEY, rec BLOB NOT NULL);
-             CREATE TABLE IF NOT EXISTS entries(parent INTEGER NOT NULL, name BLOB NOT NULL,
-                 child INTEGER, PRIMARY KEY(parent, name));
-             COMMIT;",
-        )
-        .map_err(err("create tables"))?;
-        Ok(Journal {
-            conn,
+        let mut j = Journal {
+            file: File::options()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .append(true)
+                .open(path)
+                .map_err(WsError::io("open the workspace journal", path))?,
             path: path.to_path_buf(),
             depth: 0,
-        })
+            batch: Vec::new(),
+            log_bytes: 0,
+            snapshot_bytes: 0,
+            meta: BTreeMap::new(),
+            nodes: HashMap::new(),
+            entries: BTreeMap::new(),
+        };
+        let mut buf = Vec::new();
+        j.file
+            .read_to_end(&mut buf)
+            .map_err(WsError::io("read the workspace journal", path))?;
+        if !buf.is_empty() {
+            if !buf.starts_with(MAGIC) {
+                return Err(WsError::CorruptJournal {
+                    path: path.to_path_buf(),
+                    reason: "not a workspace journal (bad magic)".into(),
+                });
+            }
+            let mut at = MAGIC.len();
+            while at + 12 <= buf.len() {
+                let len = u32::from_le_bytes(buf[at..at + 4].try_into().expect("4")) as usize;
+                let sum = u64::from_le_bytes(buf[at + 4..at + 12].try_into().expect("8"));
+                let Some(payload) = buf.get(at + 12..at + 12 + len) else {
+                    break;
+                };
+                if fnv(payload) != sum {
+                    break; // torn tail: the operation never completed
+                }
+                let Ok(recs) = postcard::from_bytes::<Vec<Rec>>(payload) else {
+                    break;
+                };
+                for r in recs {
+                    j.apply(r);
+                }
+                at += 12 + len;
+            }
+        }
+        j.compact().map_err(j.err("compact"))?;
+        Ok(j)
+    }
+
+    fn apply(&mut self, r: Rec) {
+        match r {
+            Rec::Meta(k, v) => {
+                self.meta.insert(k, v);
+            }
+            Rec::Node(ino, rec) => {
+                self.nodes.insert(ino, rec);
+            }
+            Rec::DelNode(ino) => {
+                self.nodes.remove(&ino);
+                let keys: Vec<_> = self
+                    .entries
+                    .range((ino, Vec::new())..(ino + 1, Vec::new()))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in keys {
+                    self.entries.remove(&k);
+                }
+            }
+            Rec::Entry(p, name, c) => {
+                self.entries.insert((p, name), c);
+            }
+            Rec::DelEntry(p, name) => {
+                self.entries.remove(&(p, name));
+            }
+        }
+    }
+
+    /// Rewrite the log as one snapshot batch (temp file, then rename(2)).
+    fn compact(&mut self) -> Io<()> {
+        let mut recs: Vec<Rec> = Vec::new();
+        recs.extend(
+            self.meta
+                .iter()
+                .map(|(k, v)| Rec::Meta(k.clone(), v.clone())),
+        );
+        recs.extend(self.nodes.iter().map(|(i, r)| Rec::Node(*i, r.clone())));
+        recs.extend(
+            self.entries
+                .iter()
+                .map(|((p, n), c)| Rec::Entry(*p, n.clone(), *c)),
+        );
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend(frame(&recs));
+        let tmp = self.path.with_extension("compact");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            // The rename must not expose an empty file after a power loss.
+            f.sync_data()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        self.file = File::options().append(true).read(true).open(&self.path)?;
+        self.log_bytes = bytes.len() as u64;
+        self.snapshot_bytes = self.log_bytes;
+        Ok(())
+    }
+
+    fn push(&mut self, r: Rec) -> Io<()> {
+        self.batch.push(r);
+        if self.depth == 0 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Io<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let bytes = frame(&self.batch);
+        self.batch.clear();
+        // One write(2) per operation: O_APPEND makes it land whole at the end.
+        self.file.write_all(&bytes)?;
+        self.log_bytes += bytes.len() as u64;
+        if self.log_bytes > COMPACT_MIN.max(self.snapshot_bytes * 4) {
+            self.compact()?;
+        }
+        Ok(())
     }
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub(crate) fn err(&self, action: &'static str) -> impl FnOnce(rusqlite::Error) -> WsError {
+    pub(crate) fn err(&self, action: &'static str) -> impl FnOnce(std::io::Error) -> WsError {
         let path = self.path.clone();
         move |source| WsError::Journal {
             action,
@@ -71,110 +221,75 @@ impl Journal {
         }
     }
 
-    /// Start (or nest into) a transaction: one FUSE operation is atomic in
-    /// the journal, so a crash mid-rename never leaves half of it.
-    pub(crate) fn begin(&mut self) -> Sql<()> {
-        if self.depth == 0 {
-            self.conn.execute_batch("BEGIN IMMEDIATE")?;
-        }
+    /// Start (or nest into) a batch: one FUSE operation is atomic in the
+    /// journal, so a crash mid-rename never leaves half of it.
+    pub(crate) fn begin(&mut self) -> Io<()> {
         self.depth += 1;
         Ok(())
     }
 
-    pub(crate) fn end(&mut self) -> Sql<()> {
+    pub(crate) fn end(&mut self) -> Io<()> {
         self.depth = self.depth.saturating_sub(1);
         if self.depth == 0 {
-            self.conn.execute_batch("COMMIT")?;
+            self.flush()?;
         }
         Ok(())
     }
 
-    pub(crate) fn get_meta(&self, k: &str) -> Sql<Option<String>> {
-        self.conn
-            .query_row("SELECT v FROM meta WHERE k = ?1", [k], |r| r.get(0))
-            .optional()
+    /// Make the log durable against power loss too (fsync of a file).
+    pub(crate) fn sync(&mut self) -> Io<()> {
+        self.file.sync_data()
     }
 
-    pub(crate) fn set_meta(&self, k: &str, v: &str) -> Sql<()> {
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO meta(k, v) VALUES (?1, ?2)")?
-            .execute(params![k, v])?;
-        Ok(())
+    pub(crate) fn get_meta(&self, k: &str) -> Io<Option<String>> {
+        Ok(self.meta.get(k).cloned())
     }
 
-    pub(crate) fn put_node(&self, ino: u64, rec: &NodeRecord) -> Sql<()> {
+    pub(crate) fn set_meta(&mut self, k: &str, v: &str) -> Io<()> {
+        self.meta.insert(k.to_string(), v.to_string());
+        self.push(Rec::Meta(k.to_string(), v.to_string()))
+    }
+
+    pub(crate) fn put_node(&mut self, ino: u64, rec: &NodeRecord) -> Io<()> {
         let blob = postcard::to_stdvec(rec).expect("encoding an in-memory record cannot fail");
-        self.conn
-            .prepare_cached("INSERT OR REPLACE INTO nodes(ino, rec) VALUES (?1, ?2)")?
-            .execute(params![ino as i64, blob])?;
-        Ok(())
+        self.nodes.insert(ino, blob.clone());
+        self.push(Rec::Node(ino, blob))
     }
 
-    pub(crate) fn del_node(&self, ino: u64) -> Sql<()> {
-        self.conn
-            .prepare_cached("DELETE FROM nodes WHERE ino = ?1")?
-            .execute([ino as i64])?;
-        self.conn
-            .prepare_cached("DELETE FROM entries WHERE parent = ?1")?
-            .execute([ino as i64])?;
-        Ok(())
+    pub(crate) fn del_node(&mut self, ino: u64) -> Io<()> {
+        self.apply(Rec::DelNode(ino));
+        self.push(Rec::DelNode(ino))
     }
 
     /// `child` None is a whiteout.
-    pub(crate) fn put_entry(&self, parent: u64, name: &[u8], child: Option<u64>) -> Sql<()> {
-        self.conn
-            .prepare_cached(
-                "INSERT OR REPLACE INTO entries(parent, name, child) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![parent as i64, name, child.map(|c| c as i64)])?;
-        Ok(())
+    pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], child: Option<u64>) -> Io<()> {
+        self.entries.insert((parent, name.to_vec()), child);
+        self.push(Rec::Entry(parent, name.to_vec(), child))
     }
 
-    pub(crate) fn del_entry(&self, parent: u64, name: &[u8]) -> Sql<()> {
-        self.conn
-            .prepare_cached("DELETE FROM entries WHERE parent = ?1 AND name = ?2")?
-            .execute(params![parent as i64, name])?;
-        Ok(())
+    pub(crate) fn del_entry(&mut self, parent: u64, name: &[u8]) -> Io<()> {
+        self.entries.remove(&(parent, name.to_vec()));
+        self.push(Rec::DelEntry(parent, name.to_vec()))
     }
 
     #[allow(clippy::type_complexity)]
     pub(crate) fn load(
         &self,
     ) -> Result<(Vec<(u64, NodeRecord)>, Vec<(u64, Vec<u8>, Option<u64>)>)> {
-        let mut nodes = Vec::new();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT ino, rec FROM nodes")
-            .map_err(self.err("read nodes"))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
-            .map_err(self.err("read nodes"))?;
-        for row in rows {
-            let (ino, blob) = row.map_err(self.err("read nodes"))?;
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for (ino, blob) in &self.nodes {
             let rec: NodeRecord =
-                postcard::from_bytes(&blob).map_err(|e| WsError::CorruptJournal {
+                postcard::from_bytes(blob).map_err(|e| WsError::CorruptJournal {
                     path: self.path.clone(),
                     reason: format!("node {ino}: {e}"),
                 })?;
-            nodes.push((ino as u64, rec));
+            nodes.push((*ino, rec));
         }
-        let mut entries = Vec::new();
-        let mut stmt = self
-            .conn
-            .prepare("SELECT parent, name, child FROM entries")
-            .map_err(self.err("read entries"))?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)? as u64,
-                    r.get::<_, Vec<u8>>(1)?,
-                    r.get::<_, Option<i64>>(2)?.map(|c| c as u64),
-                ))
-            })
-            .map_err(self.err("read entries"))?;
-        for row in rows {
-            entries.push(row.map_err(self.err("read entries"))?);
-        }
+        let entries = self
+            .entries
+            .iter()
+            .map(|((p, n), c)| (*p, n.clone(), *c))
+            .collect();
         Ok((nodes, entries))
     }
 }

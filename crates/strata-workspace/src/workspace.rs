@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use strata_store::{BranchRef, ObjectId, Store};
 
-const JOURNAL: &str = "journal.db";
+const JOURNAL: &str = "journal.log";
 const UPPER: &str = "upper";
 const LOCK: &str = "lock";
 
