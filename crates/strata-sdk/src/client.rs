@@ -1,0 +1,176 @@
+//! The daemon client: HTTP/1.1 over the Sandbox's Unix socket with its
+//! bearer token (hyper). One connection per request (a Unix-socket connect
+//! plus handshake costs tens of microseconds), so a long output stream never
+//! blocks other calls.
+
+use std::path::PathBuf;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use strata_daemon::api::ErrorBody;
+
+use crate::error::{Error, Result};
+
+/// A client of one daemon.
+#[derive(Clone)]
+pub struct DaemonClient {
+    socket: PathBuf,
+    token: String,
+    /// For messages ("sandbox sb-…").
+    label: String,
+    /// Log file to tail into `Error::Backend` (host path).
+    log_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for DaemonClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("DaemonClient")
+            .field("socket", &self.socket)
+            .field("label", &self.label)
+            .finish()
+    }
+}
+
+impl DaemonClient {
+    /// A client for the daemon listening on `socket`, authenticating with
+    /// `token` (64 hex digits).
+    pub fn new(socket: PathBuf, token: String, label: String, log_file: Option<PathBuf>) -> Self {
+        DaemonClient {
+            socket,
+            token,
+            label,
+            log_file,
+        }
+    }
+
+    /// The last `lines` of the daemon's log, read from the host side (works
+    /// even when the daemon is dead).
+    pub(crate) fn log_tail(&self, lines: usize) -> String {
+        match &self.log_file {
+            Some(p) => strata_daemon::tail_file(p, lines)
+                .unwrap_or_else(|e| format!("(log {}: {e})", p.display())),
+            None => "(no log file known)".into(),
+        }
+    }
+
+    /// Send one request; returns the raw response (status unchecked).
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: &str,
+    ) -> Result<Response<Incoming>> {
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|e| {
+                Error::backend(
+                    format!(
+                        "{}: cannot connect to the daemon socket {}: {e} (is the Sandbox running? reopen it with Sandbox::open to see its state)",
+                        self.label,
+                        self.socket.display()
+                    ),
+                    self.log_tail(20),
+                )
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.proto(format!("HTTP handshake: {e}")))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, "strata-daemon")
+            .header(
+                hyper::header::AUTHORIZATION,
+                format!("Bearer {}", self.token),
+            )
+            .header(hyper::header::CONTENT_TYPE, content_type)
+            .body(Full::new(body))
+            .map_err(|e| self.proto(format!("building the request: {e}")))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| self.proto(format!("{path}: {e}")))?;
+        if resp.status() == StatusCode::UNAUTHORIZED {
+            return Err(Error::Unauthorized {
+                what: self.label.clone(),
+                hint: "the token file of this Sandbox does not match its daemon; close and re-create the Sandbox".into(),
+            });
+        }
+        Ok(resp)
+    }
+
+    pub(crate) fn proto(&self, what: String) -> Error {
+        Error::backend(
+            format!("{}: daemon request failed: {what}", self.label),
+            self.log_tail(20),
+        )
+    }
+
+    /// Send JSON (or nothing), expect JSON.
+    pub async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl Serialize>,
+    ) -> Result<T> {
+        let bytes = match body {
+            Some(b) => Bytes::from(serde_json::to_vec(b).expect("request serializes")),
+            None => Bytes::new(),
+        };
+        let resp = self.send(method, path, bytes, "application/json").await?;
+        self.json(resp).await
+    }
+
+    /// Parse a response: 2xx into `T`, anything else into a typed error.
+    pub async fn json<T: DeserializeOwned>(&self, resp: Response<Incoming>) -> Result<T> {
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.proto(format!("reading the response: {e}")))?
+            .to_bytes();
+        if status.is_success() {
+            return serde_json::from_slice(&body).map_err(|e| {
+                self.proto(format!(
+                    "unexpected response ({e}): {}",
+                    String::from_utf8_lossy(&body)
+                ))
+            });
+        }
+        Err(self.error_from(status, &body))
+    }
+
+    pub(crate) fn error_from(&self, status: StatusCode, body: &[u8]) -> Error {
+        let Ok(ErrorBody { error: d }) = serde_json::from_slice::<ErrorBody>(body) else {
+            return self.proto(format!("HTTP {status}: {}", String::from_utf8_lossy(body)));
+        };
+        let hint = d.hint.clone().unwrap_or_default();
+        let what = format!("{}: {}", self.label, d.message);
+        match d.code.as_str() {
+            "not_found" => Error::NotFound { what, hint },
+            "conflict" => Error::Conflict {
+                what,
+                actual_head: d.actual_head.unwrap_or_default(),
+                hint: if hint.is_empty() {
+                    "unmount with discard and mount the branch again".into()
+                } else {
+                    hint
+                },
+            },
+            "busy" | "stdin_closed" => Error::Busy { what, hint },
+            "invalid_input" => Error::InvalidInput { what, hint },
+            _ => Error::backend(format!("{what} {hint}"), self.log_tail(20)),
+        }
+    }
+}

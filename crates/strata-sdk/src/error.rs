@@ -1,0 +1,132 @@
+//! The SDK's one error type. Every variant says what failed and what to do.
+
+use std::path::PathBuf;
+
+/// Result of every SDK call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, typed so that a caller can react (retry on [`Busy`],
+/// continue from `actual_head` on [`Conflict`], show `log_tail` on
+/// [`Backend`]) and printable as one or two sentences.
+///
+/// [`Busy`]: Error::Busy
+/// [`Conflict`]: Error::Conflict
+/// [`Backend`]: Error::Backend
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The named thing (Sandbox, Workspace, exec, branch, file) does not exist.
+    #[error("{what} not found. {hint}")]
+    NotFound { what: String, hint: String },
+
+    /// A commit lost a race: the branch head moved to `actual_head`.
+    #[error("{what}: the branch head is now {actual_head}. {hint}")]
+    Conflict {
+        what: String,
+        actual_head: String,
+        hint: String,
+    },
+
+    /// Something is in use (a lock, a mount path, an attached stream);
+    /// retrying later may work.
+    #[error("{what} is busy. {hint}")]
+    Busy { what: String, hint: String },
+
+    /// The daemon refused the bearer token.
+    #[error("the daemon of {what} refused our token (401). {hint}")]
+    Unauthorized { what: String, hint: String },
+
+    /// The request was refused before anything ran.
+    #[error("invalid input: {what}. {hint}")]
+    InvalidInput { what: String, hint: String },
+
+    /// The backend (Sandbox, daemon) failed; `log_tail` is the end of the
+    /// daemon's log.
+    #[error("{what}\n--- daemon log tail ---\n{log_tail}")]
+    Backend { what: String, log_tail: String },
+
+    /// The command of an exec never ran (e.g. ENOENT: the program is not in
+    /// the Sandbox). Never reported as a made-up exit status.
+    #[error("exec {exec_id}: {stage} failed: {message} ({}). Check argv[0] exists in the Sandbox and is executable by the command's uid", errno_name.as_deref().unwrap_or("no errno"))]
+    ExecFailed {
+        exec_id: String,
+        stage: String,
+        message: String,
+        errno: Option<i32>,
+        errno_name: Option<String>,
+    },
+
+    /// A local I/O error (state directory, socket).
+    #[error("could not {what} {path}: {source}")]
+    Io {
+        what: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A Store error that has no better typed variant.
+    #[error("store: {0}")]
+    Store(strata_store::StoreError),
+}
+
+impl Error {
+    pub(crate) fn io(
+        what: impl Into<String>,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let (what, path) = (what.into(), path.into());
+        move |source| Error::Io { what, path, source }
+    }
+
+    pub(crate) fn backend(what: impl Into<String>, log_tail: impl Into<String>) -> Error {
+        Error::Backend {
+            what: what.into(),
+            log_tail: log_tail.into(),
+        }
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::InvalidInput {
+            what: what.into(),
+            hint: hint.into(),
+        }
+    }
+
+    pub(crate) fn not_found(what: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::NotFound {
+            what: what.into(),
+            hint: hint.into(),
+        }
+    }
+}
+
+impl From<strata_store::StoreError> for Error {
+    fn from(e: strata_store::StoreError) -> Self {
+        use strata_store::StoreError as S;
+        let msg = e.to_string();
+        match e {
+            S::NotFound { .. } | S::NoStore { .. } => Error::NotFound {
+                what: msg,
+                hint: "check the name (list with Store::branches / Store::projects)".into(),
+            },
+            S::Busy { .. } => Error::Busy {
+                what: msg,
+                hint: "another process holds the Store's write lock; retry shortly".into(),
+            },
+            S::Conflict { actual, .. } => Error::Conflict {
+                what: msg,
+                actual_head: actual.to_hex(),
+                hint: "re-read the branch and retry from the new head".into(),
+            },
+            S::InvalidName { .. }
+            | S::Invalid(_)
+            | S::AmbiguousRef { .. }
+            | S::AlreadyExists { .. }
+            | S::NotAStore { .. } => Error::InvalidInput {
+                what: msg,
+                hint: "fix the argument and retry".into(),
+            },
+            other => Error::Store(other),
+        }
+    }
+}

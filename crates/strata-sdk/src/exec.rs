@@ -1,0 +1,458 @@
+//! Exec: one command in a Workspace, through the daemon (B7).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::Method;
+use strata_daemon::api::{self, ExecCreated, Frame};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::DaemonClient;
+use crate::error::{Error, Result};
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Terminating signal, if a signal ended it.
+    pub signal: Option<i32>,
+    /// Name of that signal (`SIGTERM`).
+    pub signal_name: Option<String>,
+    /// Ended by [`ExecHandle::cancel`].
+    pub cancelled: bool,
+    /// Ended because its timeout ran out.
+    pub timed_out: bool,
+}
+
+impl ExitStatus {
+    /// Exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+    /// Shell convention: the code, or 128+N for signal N.
+    pub fn shell_code(&self) -> i32 {
+        self.code.or(self.signal.map(|s| 128 + s)).unwrap_or(255)
+    }
+    fn from_api(e: api::ExitInfo) -> Self {
+        ExitStatus {
+            code: e.code,
+            signal: e.signal,
+            signal_name: e.signal_name,
+            cancelled: e.cancelled,
+            timed_out: e.timed_out,
+        }
+    }
+}
+
+/// Collected result of [`ExecBuilder::output`].
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// The exec ID the daemon gave it.
+    pub exec_id: String,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub status: ExitStatus,
+}
+
+impl Output {
+    /// stdout as (lossy) UTF-8.
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    /// stderr as (lossy) UTF-8.
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Builder of one exec, from [`crate::Workspace::exec`].
+///
+/// ```no_run
+/// # async fn f(ws: &strata_sdk::Workspace) -> strata_sdk::Result<()> {
+/// let out = ws.exec(["sh", "-c", "echo hi; exit 3"]).env("A", "b").output().await?;
+/// assert_eq!(out.stdout, b"hi\n");
+/// assert_eq!(out.status.code, Some(3));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct ExecBuilder {
+    pub(crate) client: DaemonClient,
+    pub(crate) workspace: String,
+    pub(crate) req: api::ExecRequest,
+    pub(crate) env: BTreeMap<String, String>,
+}
+
+impl ExecBuilder {
+    /// Set one environment variable (the command inherits nothing else;
+    /// PATH has a default).
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.env.insert(k.into(), v.into());
+        self
+    }
+    /// Working directory: absolute, inside the Workspace (default: its root).
+    pub fn cwd(mut self, dir: impl Into<String>) -> Self {
+        self.req.cwd = Some(dir.into());
+        self
+    }
+    /// Run as `uid:gid` (default 1500:1500; 0 is refused).
+    pub fn user(mut self, uid: u32, gid: u32) -> Self {
+        self.req.user = Some(format!("{uid}:{gid}"));
+        self
+    }
+    /// Feed these bytes to stdin, then EOF.
+    pub fn stdin_bytes(mut self, data: impl AsRef<[u8]>) -> Self {
+        self.req.stdin_data = Some(base64::engine::general_purpose::STANDARD.encode(data));
+        self
+    }
+    /// Keep a stdin pipe open for [`ExecHandle::stdin`] (spawn only).
+    pub fn stdin_pipe(mut self) -> Self {
+        self.req.stdin = true;
+        self
+    }
+    /// Cancel after this long (SIGTERM, SIGKILL after a grace period).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.req.timeout_ms = Some(t.as_millis() as u64);
+        self
+    }
+
+    async fn create(&self) -> Result<ExecCreated> {
+        let mut req = self.req.clone();
+        req.env = self.env.clone();
+        req.workspace = Some(self.workspace.clone());
+        self.client
+            .call(Method::POST, "/v1/execs", Some(&req))
+            .await
+    }
+
+    /// Run to the end, collecting stdout, stderr and the exit status.
+    /// A command that could not start (e.g. ENOENT) is
+    /// [`Error::ExecFailed`], never an exit status.
+    pub async fn output(self) -> Result<Output> {
+        let created = self.create().await?;
+        let mut out = Output {
+            exec_id: created.id.clone(),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            status: ExitStatus {
+                code: None,
+                signal: None,
+                signal_name: None,
+                cancelled: false,
+                timed_out: false,
+            },
+        };
+        let mut stream = FrameStream::open(&self.client, &created.id).await?;
+        while let Some(f) = stream.next().await? {
+            match f {
+                Decoded::Stdout(b) => out.stdout.extend_from_slice(&b),
+                Decoded::Stderr(b) => out.stderr.extend_from_slice(&b),
+                Decoded::Exit(e) => {
+                    out.status = e;
+                    return Ok(out);
+                }
+                Decoded::Failed(f) => return Err(exec_failed(&created.id, f)),
+            }
+        }
+        Err(self.client.proto(format!(
+            "output stream of exec {} ended without an exit frame",
+            created.id
+        )))
+    }
+
+    /// Start and return a handle with separate stdout and stderr streams.
+    /// Output not read yet is buffered in this process; read the streams
+    /// (or drop them) as the command runs.
+    pub async fn spawn(self) -> Result<ExecHandle> {
+        let has_stdin = self.req.stdin;
+        let created = self.create().await?;
+        let mut stream = FrameStream::open(&self.client, &created.id).await?;
+        let (otx, orx) = mpsc::unbounded_channel();
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let client = self.client.clone();
+        let id = created.id.clone();
+        tokio::spawn(async move {
+            let end = loop {
+                match stream.next().await {
+                    Ok(Some(Decoded::Stdout(b))) => {
+                        let _ = otx.send(b);
+                    }
+                    Ok(Some(Decoded::Stderr(b))) => {
+                        let _ = etx.send(b);
+                    }
+                    Ok(Some(Decoded::Exit(e))) => break Ok(e),
+                    Ok(Some(Decoded::Failed(f))) => break Err(exec_failed(&id, f)),
+                    Ok(None) => {
+                        break Err(client.proto(format!(
+                            "output stream of exec {id} ended without an exit frame"
+                        )))
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            let _ = done_tx.send(end);
+        });
+        Ok(ExecHandle {
+            client: self.client.clone(),
+            id: created.id.clone(),
+            pid: created.pid,
+            stdout: Some(ExecStream { rx: orx }),
+            stderr: Some(ExecStream { rx: erx }),
+            stdin: has_stdin.then(|| ExecStdin {
+                client: self.client.clone(),
+                id: created.id,
+                closed: false,
+            }),
+            done: Some(done_rx),
+        })
+    }
+}
+
+fn exec_failed(id: &str, f: api::ExecFailure) -> Error {
+    Error::ExecFailed {
+        exec_id: id.to_string(),
+        stage: f.stage,
+        message: f.message,
+        errno: f.errno,
+        errno_name: f.errno_name,
+    }
+}
+
+enum Decoded {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    Exit(ExitStatus),
+    Failed(api::ExecFailure),
+}
+
+/// The NDJSON output stream, decoded.
+struct FrameStream {
+    client: DaemonClient,
+    body: hyper::body::Incoming,
+    buf: Vec<u8>,
+}
+
+impl FrameStream {
+    async fn open(client: &DaemonClient, id: &str) -> Result<FrameStream> {
+        let resp = client
+            .send(
+                Method::GET,
+                &format!("/v1/execs/{id}/output"),
+                Bytes::new(),
+                "application/json",
+            )
+            .await?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            return Err(client.error_from(status, &body));
+        }
+        Ok(FrameStream {
+            client: client.clone(),
+            body: resp.into_body(),
+            buf: Vec::new(),
+        })
+    }
+
+    async fn next(&mut self) -> Result<Option<Decoded>> {
+        loop {
+            if let Some(nl) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=nl).collect();
+                let f: Frame = serde_json::from_slice(&line[..nl]).map_err(|e| {
+                    self.client.proto(format!(
+                        "bad output frame ({e}): {}",
+                        String::from_utf8_lossy(&line)
+                    ))
+                })?;
+                let b64 = base64::engine::general_purpose::STANDARD;
+                let dec = |d: String| {
+                    b64.decode(d)
+                        .map(Bytes::from)
+                        .map_err(|e| self.client.proto(format!("bad base64 in a frame: {e}")))
+                };
+                return Ok(Some(match f {
+                    Frame::Stdout { data, .. } => Decoded::Stdout(dec(data)?),
+                    Frame::Stderr { data, .. } => Decoded::Stderr(dec(data)?),
+                    Frame::Exit { exit, .. } => Decoded::Exit(ExitStatus::from_api(exit)),
+                    Frame::Error { failure, .. } => Decoded::Failed(failure),
+                }));
+            }
+            match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(self.client.proto(format!("output stream: {e}"))),
+                Some(Ok(fr)) => {
+                    if let Ok(d) = fr.into_data() {
+                        self.buf.extend_from_slice(&d);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One output stream (stdout or stderr) of a spawned exec.
+#[derive(Debug)]
+pub struct ExecStream {
+    rx: mpsc::UnboundedReceiver<Bytes>,
+}
+
+impl ExecStream {
+    /// The next chunk, in the command's write order; `None` at the end.
+    pub async fn next(&mut self) -> Option<Bytes> {
+        self.rx.recv().await
+    }
+    /// Everything until the end.
+    pub async fn read_to_end(&mut self) -> Vec<u8> {
+        let mut v = Vec::new();
+        while let Some(b) = self.next().await {
+            v.extend_from_slice(&b);
+        }
+        v
+    }
+}
+
+/// The stdin of a spawned exec (see [`ExecBuilder::stdin_pipe`]).
+/// Dropping it sends EOF.
+#[derive(Debug)]
+pub struct ExecStdin {
+    client: DaemonClient,
+    id: String,
+    closed: bool,
+}
+
+impl ExecStdin {
+    /// Write bytes (all of them, in order).
+    pub async fn write(&mut self, data: impl Into<Bytes>) -> Result<usize> {
+        let resp = self
+            .client
+            .send(
+                Method::POST,
+                &format!("/v1/execs/{}/stdin", self.id),
+                data.into(),
+                "application/octet-stream",
+            )
+            .await?;
+        let w: api::StdinWritten = self.client.json(resp).await?;
+        Ok(w.written)
+    }
+    /// Close: the command reads EOF.
+    pub async fn close(mut self) -> Result<()> {
+        self.closed = true;
+        let _: api::ExecStatus = self
+            .client
+            .call(
+                Method::POST,
+                &format!("/v1/execs/{}/stdin/close", self.id),
+                None::<&()>,
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+impl Drop for ExecStdin {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let client = self.client.clone();
+            let path = format!("/v1/execs/{}/stdin/close", self.id);
+            rt.spawn(async move {
+                let _ = client
+                    .send(Method::POST, &path, Bytes::new(), "application/json")
+                    .await;
+            });
+        }
+    }
+}
+
+/// A running exec from [`ExecBuilder::spawn`].
+#[derive(Debug)]
+pub struct ExecHandle {
+    client: DaemonClient,
+    id: String,
+    pid: u32,
+    /// stdout, in order. Take it with `handle.stdout.take()`.
+    pub stdout: Option<ExecStream>,
+    /// stderr, in order.
+    pub stderr: Option<ExecStream>,
+    /// stdin (with [`ExecBuilder::stdin_pipe`]); dropping it sends EOF.
+    pub stdin: Option<ExecStdin>,
+    done: Option<oneshot::Receiver<Result<ExitStatus>>>,
+}
+
+impl ExecHandle {
+    /// The exec ID (for `strata exec-cancel` and friends).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// pid (= process group) of the command inside the Sandbox.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Wait for the end. Closes stdin first if still open (like
+    /// `std::process::Child::wait`).
+    pub async fn wait(&mut self) -> Result<ExitStatus> {
+        if let Some(s) = self.stdin.take() {
+            s.close().await?;
+        }
+        match self.done.take() {
+            Some(rx) => match rx.await {
+                Ok(r) => r,
+                Err(_) => self.wait_api().await,
+            },
+            None => self.wait_api().await,
+        }
+    }
+
+    async fn wait_api(&self) -> Result<ExitStatus> {
+        let st: api::ExecStatus = self
+            .client
+            .call(
+                Method::GET,
+                &format!("/v1/execs/{}/wait", self.id),
+                None::<&()>,
+            )
+            .await?;
+        status_result(&self.id, st)
+    }
+
+    /// Cancel this one exec: SIGTERM to its process group, SIGKILL after
+    /// the grace period (default 2 s). Returns the final status with the
+    /// signal that ended it.
+    pub async fn cancel(&mut self) -> Result<ExitStatus> {
+        let st: api::ExecStatus = self
+            .client
+            .call(
+                Method::POST,
+                &format!("/v1/execs/{}/cancel", self.id),
+                Some(&api::CancelRequest::default()),
+            )
+            .await?;
+        let r = status_result(&self.id, st);
+        self.done = None;
+        r
+    }
+}
+
+fn status_result(id: &str, st: api::ExecStatus) -> Result<ExitStatus> {
+    match (st.exit, st.failure) {
+        (Some(e), _) => Ok(ExitStatus::from_api(e)),
+        (None, Some(f)) => Err(exec_failed(id, f)),
+        (None, None) => Err(Error::Busy {
+            what: format!("exec {id} is still running"),
+            hint: "wait longer or cancel it".into(),
+        }),
+    }
+}

@@ -1,0 +1,71 @@
+//! strata-sdk: the one public Rust API of strata (async, tokio).
+//!
+//! * [`Store`]: Store calls in this process (S1): create/open, projects,
+//!   fork a branch, read a file of a commit, log, diff.
+//! * [`Sandbox`]: create (B1–B6), open by exact ID (B8), list (B10), logs
+//!   (B5), close (B9). See [`sandbox`] for the backend in use.
+//! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount.
+//! * [`ExecBuilder`]: one command in a Workspace, as a nonroot uid with no
+//!   capabilities: `.output()` or `.spawn()` ([`ExecHandle`]: separate
+//!   stdout/stderr streams, stdin whose drop sends EOF, `wait`, `cancel`).
+//!
+//! Errors are one typed [`Error`], each variant saying what failed and what
+//! to do.
+//!
+//! A program using Sandboxes re-executes itself as the Sandbox's init, its
+//! daemon and the exec helper: call [`maybe_run_internal`] first thing in
+//! `main`, before any thread (and before building the tokio runtime).
+//!
+//! ```no_run
+//! fn main() -> strata_sdk::Result<()> {
+//!     strata_sdk::maybe_run_internal();
+//!     tokio::runtime::Runtime::new().unwrap().block_on(async {
+//!         let store = strata_sdk::Store::create("/var/tmp/s").await?;
+//!         store.create_project_from("p", "./src").await?;
+//!         let sb = strata_sdk::Sandbox::create(strata_sdk::SandboxSpec::new(store.dir())).await?;
+//!         let ws = sb.mount("p/main", None).await?;
+//!         let out = ws.exec(["sh", "-c", "echo hi > f; id -u"]).output().await?;
+//!         assert_eq!(out.stdout, b"1500\n");
+//!         ws.commit("hi").await?;
+//!         ws.unmount(false).await?;
+//!         sb.close().await?;
+//!         assert_eq!(store.read_file("p/main", "f").await?, b"hi\n");
+//!         Ok(())
+//!     })
+//! }
+//! ```
+
+pub mod client;
+mod error;
+pub mod exec;
+pub mod sandbox;
+mod store;
+mod workspace;
+
+pub use client::DaemonClient;
+pub use error::{Error, Result};
+pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
+pub use sandbox::{
+    Limits, Network, Sandbox, SandboxFilter, SandboxRecord, SandboxSpec, SandboxState,
+};
+pub use store::Store;
+pub use workspace::{Change, CommitOutcome, Workspace};
+
+/// Handle the hidden subcommands this binary may be re-executed as
+/// (`__strata-init`, `__strata-exec`, `__strata-daemon`); returns at once
+/// otherwise. Call it first thing in `main`, before any thread starts.
+pub fn maybe_run_internal() {
+    strata_sandbox::maybe_run_internal();
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() == Some(std::ffi::OsStr::new(strata_daemon::DAEMON_ARG)) {
+        let rest: Vec<_> = args.collect();
+        let code = match strata_daemon::main_from_args(&rest) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("strata daemon: {e}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
+}
