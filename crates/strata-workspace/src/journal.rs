@@ -293,3 +293,49 @@ impl Journal {
         Ok((nodes, entries))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn torn_tail_is_dropped_and_batches_are_atomic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        {
+            let mut j = Journal::open(&p).unwrap();
+            j.set_meta("base", "abc").unwrap();
+            j.begin().unwrap();
+            j.put_entry(1, b"a", Some(2)).unwrap();
+            j.put_entry(1, b"b", None).unwrap();
+            j.end().unwrap();
+            j.del_entry(1, b"b").unwrap();
+        }
+        // A crash in the middle of the next batch's write(2).
+        let mut f = File::options().append(true).open(&p).unwrap();
+        let torn = frame(&[Rec::Entry(1, b"c".to_vec(), Some(3))]);
+        f.write_all(&torn[..torn.len() - 2]).unwrap();
+        drop(f);
+        let j = Journal::open(&p).unwrap();
+        assert_eq!(j.get_meta("base").unwrap().as_deref(), Some("abc"));
+        let (_, entries) = j.load().unwrap();
+        assert_eq!(entries, vec![(1, b"a".to_vec(), Some(2))]);
+        // Reopening compacted the log: the torn bytes are gone for good.
+        drop(j);
+        let j = Journal::open(&p).unwrap();
+        assert_eq!(j.load().unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn del_node_drops_its_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        let mut j = Journal::open(&p).unwrap();
+        j.put_entry(5, b"x", Some(6)).unwrap();
+        j.put_entry(4, b"y", Some(5)).unwrap();
+        j.del_node(5).unwrap();
+        drop(j);
+        let j = Journal::open(&p).unwrap();
+        assert_eq!(j.load().unwrap().1, vec![(4, b"y".to_vec(), Some(5))]);
+    }
+}
