@@ -43,10 +43,10 @@ use crate::backend::{
     SandboxInfo, Started, State, DAEMON_MARKER,
 };
 use crate::cgroup::Cgroup;
-use crate::mounts::{BindMount, RootFs};
+use crate::mounts::BindMount;
 use crate::native_state::{
-    mkdir_private, mounts_below, now_unix_ms, paths, random_hex, read_record, state_err, tail,
-    valid_id, valid_name, write_private, write_record, ProcId, Record, RECORD,
+    check_request, invalid, mkdir_private, mounts_below, now_unix_ms, paths, random_hex,
+    read_record, state_err, tail, valid_id, write_private, write_record, ProcId, Record, RECORD,
 };
 use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
 
@@ -61,13 +61,6 @@ const CGROUP_WAIT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct NativeBackend {
     root: PathBuf,
-}
-
-fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
-    BackendError::Invalid {
-        what: what.into(),
-        message: message.into(),
-    }
 }
 
 impl NativeBackend {
@@ -208,90 +201,6 @@ impl NativeBackend {
             .unwrap_or_else(|e| format!("(log {} unreadable: {e})", rec.daemon.log_file.display()))
     }
 
-    /// Check the request and resolve the Store and the daemon binary.
-    fn check_request(&self, req: &CreateRequest) -> Result<(PathBuf, PathBuf, bool), BackendError> {
-        if !rustix::process::geteuid().is_root() {
-            return Err(invalid(
-                "native backend",
-                "needs root (namespaces, mounts, cgroups, FUSE mounts as root); use rootless `strata run` for one command",
-            ));
-        }
-        if let Some(n) = &req.name {
-            if !valid_name(n) {
-                return Err(invalid(
-                    format!("name {n:?}"),
-                    "use 1-64 characters of [A-Za-z0-9._-]",
-                ));
-            }
-        }
-        for k in req.labels.keys() {
-            if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=') {
-                return Err(invalid(
-                    format!("label {k:?}"),
-                    "keys are 1-128 characters, no '=' or control characters",
-                ));
-            }
-        }
-        if req.image.is_some() {
-            return Err(invalid("image", "the native backend runs the host root or a rootfs directory; images are for the docker and microVM backends"));
-        }
-        for m in &req.mountpoints {
-            if !crate::mountpoints::valid(m) {
-                return Err(invalid(
-                    format!("mount point {}", m.display()),
-                    "must be an absolute path without '..', not /",
-                ));
-            }
-        }
-        if let RootFs::Dir { path, .. } = &req.root {
-            if !path.is_dir() {
-                return Err(invalid(
-                    format!("rootfs {}", path.display()),
-                    "is not a directory",
-                ));
-            }
-        }
-        let store = req
-            .store
-            .canonicalize()
-            .map_err(state_err("resolve the Store", &req.store))?;
-        // The Store's host path is masked in the Sandbox: it must not hide
-        // the state directory or the daemon, and the state directory must
-        // not be inside the Store.
-        if !store.is_dir() || self.root.starts_with(&store) || store.starts_with(&self.root) {
-            return Err(invalid(
-                format!("Store {}", store.display()),
-                format!(
-                    "must be a directory that neither contains nor lies in the state root {}",
-                    self.root.display()
-                ),
-            ));
-        }
-        let exe = match &req.daemon_exe {
-            Some(p) => p.clone(),
-            None => std::env::current_exe().map_err(state_err(
-                "find the current executable",
-                Path::new("/proc/self/exe"),
-            ))?,
-        };
-        let exe = exe
-            .canonicalize()
-            .map_err(state_err("resolve the daemon binary", &exe))?;
-        let meta = fs::metadata(&exe).map_err(state_err("stat the daemon binary", &exe))?;
-        if !meta.is_file() || meta.mode() & 0o111 == 0 || exe.starts_with(&store) {
-            return Err(invalid(
-                format!("daemon binary {}", exe.display()),
-                "must be an executable file outside the Store",
-            ));
-        }
-        // In place where the Sandbox sees the host path; a copy otherwise.
-        let copy = matches!(req.root, RootFs::Dir { .. })
-            || ["/tmp", "/run", "/proc", "/dev"]
-                .iter()
-                .any(|p| exe.starts_with(p));
-        Ok((store, exe, copy))
-    }
-
     /// Remove the Sandbox's cgroup if anything of it is left (a monitor
     /// killed with SIGKILL cannot remove its own).
     fn cleanup_cgroup(rec: &Record) -> Result<(), BackendError> {
@@ -409,7 +318,7 @@ impl Backend for NativeBackend {
     }
 
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
-        let (store, exe, copy_exe) = self.check_request(req)?;
+        let (store, exe, copy_exe) = check_request(&self.root, req)?;
         let lock = self.lock()?;
         if let Some(n) = &req.name {
             if let Some((_, r)) = self

@@ -1,7 +1,7 @@
 //! The native backend's on-disk state: one private directory per Sandbox
-//! under the state root, its record, and the small file helpers the
-//! backend needs (private writes, random IDs and tokens, log tails, process
-//! liveness). Layout of `<root>/<id>/` (root-only, 0700), the same names
+//! under the state root, its record, the checks of a create request, and
+//! the small file helpers the backend needs (private writes, random IDs
+//! and tokens, log tails, process liveness). Layout of `<root>/<id>/` (root-only, 0700), the same names
 //! the SDK's stop-gap launcher `native_min` used:
 //!
 //! | file | what |
@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +29,7 @@ use crate::backend::{
     BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths, SandboxId,
 };
 use crate::cgroup::Cgroup;
+use crate::mounts::RootFs;
 
 pub(crate) const RECORD: &str = "sandbox.json";
 
@@ -102,6 +103,13 @@ pub(crate) fn paths(dir: &Path, exe: &Path) -> DaemonPaths {
         store: dir.join("store"),
         scratch_dir: dir.join("scratch"),
         state_dir: dir.to_path_buf(),
+    }
+}
+
+pub(crate) fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
+    BackendError::Invalid {
+        what: what.into(),
+        message: message.into(),
     }
 }
 
@@ -231,6 +239,93 @@ pub(crate) fn now_unix_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// Check the request and resolve the Store and the daemon binary.
+pub(crate) fn check_request(
+    root: &Path,
+    req: &CreateRequest,
+) -> Result<(PathBuf, PathBuf, bool), BackendError> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(invalid(
+            "native backend",
+            "needs root (namespaces, mounts, cgroups, FUSE mounts as root); use rootless `strata run` for one command",
+        ));
+    }
+    if let Some(n) = &req.name {
+        if !valid_name(n) {
+            return Err(invalid(
+                format!("name {n:?}"),
+                "use 1-64 characters of [A-Za-z0-9._-]",
+            ));
+        }
+    }
+    for k in req.labels.keys() {
+        if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=') {
+            return Err(invalid(
+                format!("label {k:?}"),
+                "keys are 1-128 characters, no '=' or control characters",
+            ));
+        }
+    }
+    if req.image.is_some() {
+        return Err(invalid("image", "the native backend runs the host root or a rootfs directory; images are for the docker and microVM backends"));
+    }
+    for m in &req.mountpoints {
+        if !crate::mountpoints::valid(m) {
+            return Err(invalid(
+                format!("mount point {}", m.display()),
+                "must be an absolute path without '..', not /",
+            ));
+        }
+    }
+    if let RootFs::Dir { path, .. } = &req.root {
+        if !path.is_dir() {
+            return Err(invalid(
+                format!("rootfs {}", path.display()),
+                "is not a directory",
+            ));
+        }
+    }
+    let store = req
+        .store
+        .canonicalize()
+        .map_err(state_err("resolve the Store", &req.store))?;
+    // The Store's host path is masked in the Sandbox: it must not hide
+    // the state directory or the daemon, and the state directory must
+    // not be inside the Store.
+    if !store.is_dir() || root.starts_with(&store) || store.starts_with(root) {
+        return Err(invalid(
+            format!("Store {}", store.display()),
+            format!(
+                "must be a directory that neither contains nor lies in the state root {}",
+                root.display()
+            ),
+        ));
+    }
+    let exe = match &req.daemon_exe {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().map_err(state_err(
+            "find the current executable",
+            Path::new("/proc/self/exe"),
+        ))?,
+    };
+    let exe = exe
+        .canonicalize()
+        .map_err(state_err("resolve the daemon binary", &exe))?;
+    let meta = fs::metadata(&exe).map_err(state_err("stat the daemon binary", &exe))?;
+    if !meta.is_file() || meta.mode() & 0o111 == 0 || exe.starts_with(&store) {
+        return Err(invalid(
+            format!("daemon binary {}", exe.display()),
+            "must be an executable file outside the Store",
+        ));
+    }
+    // In place where the Sandbox sees the host path; a copy otherwise.
+    let copy = matches!(req.root, RootFs::Dir { .. })
+        || ["/tmp", "/run", "/proc", "/dev"]
+            .iter()
+            .any(|p| exe.starts_with(p));
+    Ok((store, exe, copy))
 }
 
 #[cfg(test)]

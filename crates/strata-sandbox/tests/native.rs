@@ -559,3 +559,60 @@ fn top_names(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+#[test]
+fn a_sandbox_outlives_the_process_that_created_it() {
+    let env = env();
+    let b = &env.backend;
+    let out = std::process::Command::new(FAKE)
+        .args([
+            "launch".as_ref(),
+            b.state_root().as_os_str(),
+            env.store.path().as_os_str(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "launch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = SandboxId(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    // The creator has exited: the Sandbox runs on and answers.
+    let info = b.open(&id).expect("reopen after the creator exited");
+    assert_eq!(info.state, State::Running);
+    let Some(Endpoint::Unix { path }) = &info.endpoint else {
+        panic!("{info:?}")
+    };
+    let mut reply = String::new();
+    std::os::unix::net::UnixStream::connect(path)
+        .expect("connect")
+        .read_to_string(&mut reply)
+        .unwrap();
+    assert_eq!(reply, "ok\n");
+    b.stop(&id, Duration::from_secs(5)).unwrap();
+    assert_eq!(b.open(&id).unwrap().state, State::Stopped);
+    b.delete(&id).unwrap();
+}
+
+#[test]
+fn concurrent_creates_with_one_name_give_one_sandbox() {
+    let env = env();
+    let results: Vec<Result<SandboxInfo, BackendError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| s.spawn(|| env.backend.create(&request(&env, Some("race")))))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(ok.len(), 1, "{results:?}");
+    for r in &results {
+        if let Err(e) = r {
+            assert!(
+                matches!(e, BackendError::NameTaken { id, .. } if id == &ok[0].id),
+                "{e}"
+            );
+        }
+    }
+    env.backend.delete(&ok[0].id).unwrap();
+}

@@ -10,7 +10,8 @@
 //!   (a wrong first line), `stubborn` (ignore SIGTERM).
 //! * `open ROOT ID`: reopen a Sandbox by ID from a fresh process and print
 //!   its `SandboxInfo` as JSON; `stop ROOT ID GRACE_MS`: stop it from a
-//!   fresh process.
+//!   fresh process; `launch ROOT STORE`: create and start one, print its
+//!   ID and exit.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -42,13 +43,42 @@ fn main() -> ExitCode {
             println!("{}", serde_json::to_string(&info).expect("info serializes"));
             Ok(())
         }),
+        // Create and start a Sandbox whose daemon is this binary, print its
+        // ID and exit: the Sandbox must outlive its creator (SDK restart).
+        ["launch", root, store] => backend_call(root, |b| {
+            let mut req = strata_sandbox::CreateRequest::new(store);
+            req.daemon_exe = Some(std::env::current_exe().unwrap_or_default());
+            let (info, _) = strata_sandbox::launch(
+                b,
+                &req,
+                &|info| {
+                    let d = &info.daemon;
+                    let cfg = serde_json::json!({
+                        "socket": d.socket, "log_file": d.log_file, "store": d.store,
+                        "host_store": store, "mode": "ok",
+                    });
+                    strata_sandbox::DaemonInstall {
+                        args: vec![
+                            "__strata-daemon".into(),
+                            "--config".into(),
+                            d.config.display().to_string(),
+                        ],
+                        env: vec![],
+                        config: serde_json::to_vec(&cfg).unwrap_or_default(),
+                    }
+                },
+                std::time::Duration::from_secs(10),
+            )?;
+            println!("{}", info.id);
+            Ok(())
+        }),
         ["stop", root, id, grace_ms] => backend_call(root, |b| {
             let grace = std::time::Duration::from_millis(grace_ms.parse().unwrap_or(0));
             b.stop(&SandboxId(id.to_string()), grace)
         }),
         _ => {
             eprintln!(
-                "usage: __strata-daemon --config PATH | open ROOT ID | stop ROOT ID GRACE_MS"
+                "usage: __strata-daemon --config PATH | open ROOT ID | stop ROOT ID GRACE_MS | launch ROOT STORE"
             );
             ExitCode::from(2)
         }
