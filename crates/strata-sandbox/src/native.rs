@@ -530,7 +530,13 @@ impl Backend for NativeBackend {
             pid: child.id(),
             start_time: 0,
         }));
-        write_record(&dir, &rec)?;
+        if let Err(e) = write_record(&dir, &rec) {
+            // Unrecorded, nobody could stop it later: end it now.
+            let _ = child.signal(libc::SIGKILL);
+            let _ = child.wait();
+            let _ = Self::cleanup_cgroup(&rec);
+            return Err(e);
+        }
 
         let ready = wait_marker(&mut child, &out_path, timeout).and_then(|marker| {
             let socket = marker_socket(&marker)

@@ -616,3 +616,35 @@ fn concurrent_creates_with_one_name_give_one_sandbox() {
     }
     env.backend.delete(&ok[0].id).unwrap();
 }
+
+#[test]
+fn delete_never_removes_through_a_host_mount() {
+    let env = env();
+    let b = &env.backend;
+    let info = b.create(&request(&env, None)).unwrap();
+    // Something (not the backend) bound the Store at the mount point on
+    // the host: a recursive removal would delete the Store's files.
+    let store_mp = &info.daemon.store;
+    let st = std::process::Command::new("mount")
+        .args([
+            "--bind".as_ref(),
+            env.store.path().as_os_str(),
+            store_mp.as_os_str(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount --bind");
+    let e = b.delete(&info.id).unwrap_err();
+    let unmounted = std::process::Command::new("umount")
+        .arg(store_mp)
+        .status()
+        .unwrap();
+    assert!(e.to_string().contains("host mounts below it"), "{e}");
+    assert!(
+        env.store.path().join("seen-by-daemon").exists(),
+        "Store damaged"
+    );
+    assert!(unmounted.success());
+    b.delete(&info.id).unwrap();
+    assert!(env.store.path().join("seen-by-daemon").exists());
+}
