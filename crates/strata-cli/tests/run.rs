@@ -674,6 +674,59 @@ fn a_dead_helper_or_init_is_an_error_never_an_exit_status() {
 }
 
 #[test]
+fn ctrl_c_goes_to_the_command_and_its_status_comes_back() {
+    // The terminal sends SIGINT to the whole foreground process group:
+    // strata and its helper ignore it (as system(3) does), the command
+    // dies of it, and the run reports 128+2 with the mount torn down.
+    let f = Fixture::new(0o666, base_tree);
+    let sync = f.path("sync");
+    let script = format!(r#"touch {0}/ready; exec sleep 1000"#, s(&sync));
+    let mut child = f
+        .user(&["run", "p/main", "--", "sh", "-c", &script])
+        .spawn_output_later_in(Some(0));
+    wait_for("the command to be ready", Duration::from_secs(60), || {
+        sync.join("ready").exists() || child.try_wait_done()
+    });
+    let pgid = child.child.as_ref().unwrap().id() as libc::pid_t;
+    // SAFETY: kill has no memory arguments; -pgid names the job's group.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+    let out = child.finish();
+    assert_eq!(out.status.code(), Some(128 + 2), "stderr: {}", stderr(&out));
+    wait_for(
+        "every uid 1500 process to go",
+        Duration::from_secs(10),
+        || user_pids().is_empty(),
+    );
+}
+
+#[test]
+fn stdin_reaches_the_command_and_json_reports_the_run() {
+    let f = Fixture::new(0o666, base_tree);
+    let out = f
+        .user(&[
+            "--json",
+            "run",
+            "p/main",
+            "--commit",
+            "--",
+            "sh",
+            "-c",
+            r#"cat > "$STRATA_ROOT/in.txt"; exit 7"#,
+        ])
+        .write_stdin("from stdin\n")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["exit_code"], 7);
+    assert_eq!(v["status"]["exited"], 7);
+    assert_eq!(v["committed"], true);
+    let (store, head, _c) = f.read_back();
+    assert_eq!(v["commit"].as_str().unwrap(), head.to_hex());
+    assert_eq!(file_bytes(&store, head, "in.txt").unwrap(), b"from stdin\n");
+}
+
+#[test]
 fn dev_fuse_mode_0600_gets_a_verdict_with_the_fix() {
     // BRIEF section 4: /dev/fuse is mode 0600 on these machines.
     let f = Fixture::new(0o600, base_tree);
@@ -728,11 +781,15 @@ struct Running {
 }
 
 trait SpawnLater {
-    fn spawn_output_later(&mut self) -> Running;
+    fn spawn_output_later(&mut self) -> Running {
+        self.spawn_output_later_in(None)
+    }
+    /// With `Some(0)`: in a new process group (as a shell does for a job).
+    fn spawn_output_later_in(&mut self, pgroup: Option<i32>) -> Running;
 }
 
 impl SpawnLater for Command {
-    fn spawn_output_later(&mut self) -> Running {
+    fn spawn_output_later_in(&mut self, pgroup: Option<i32>) -> Running {
         let mut std_cmd = std::process::Command::new(self.get_program());
         std_cmd.args(self.get_args());
         for (k, v) in self.get_envs() {
@@ -743,6 +800,9 @@ impl SpawnLater for Command {
         }
         if let Some(d) = self.get_current_dir() {
             std_cmd.current_dir(d);
+        }
+        if let Some(g) = pgroup {
+            std::os::unix::process::CommandExt::process_group(&mut std_cmd, g);
         }
         std_cmd
             .stdout(std::process::Stdio::piped())
