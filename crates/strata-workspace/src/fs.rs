@@ -146,6 +146,7 @@ impl Filesystem for WsFs {
             }
         }
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         self.st().passthrough = pt;
         tracing::debug!("fuse init: passthrough={pt}");
         Ok(())
@@ -326,6 +327,9 @@ impl Filesystem for WsFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (and
+        // sends no setattr), which spares copying up bytes about to go.
+        let trunc = write && flags.0 & libc::O_TRUNC != 0;
         let mut st = self.st();
         let r = (|| {
             let kind = st.node(ino.0)?.kind;
@@ -342,7 +346,14 @@ impl Filesystem for WsFs {
                 if busy {
                     return Err(Errno::ETXTBSY);
                 }
-                st.tx(|s| s.copy_up(ino.0))?;
+                if trunc {
+                    st.tx(|s| s.copy_up_truncated(ino.0))?;
+                } else {
+                    st.tx(|s| s.copy_up(ino.0))?;
+                }
+            }
+            if trunc {
+                st.tx(|s| s.open_truncate(ino.0))?;
             }
             self.open_reply(&mut st, ino.0)
         })();

@@ -252,6 +252,30 @@ impl State {
     /// Give a lower file its own copy in the upper layer (first write,
     /// truncate or write-open). Metadata stays in the node.
     pub(crate) fn copy_up(&mut self, ino: u64) -> R<()> {
+        self.copy_up_with(ino, true)
+    }
+
+    /// Copy-up for open(O_TRUNC): the bytes would be thrown away at once,
+    /// so the upper file starts empty instead of being copied.
+    pub(crate) fn copy_up_truncated(&mut self, ino: u64) -> R<()> {
+        self.copy_up_with(ino, false)
+    }
+
+    /// open(O_TRUNC) with FUSE_ATOMIC_O_TRUNC: truncate here, and update
+    /// mtime and ctime as open(2) does for an existing file.
+    pub(crate) fn open_truncate(&mut self, ino: u64) -> R<()> {
+        self.copy_up_truncated(ino)?;
+        let f = self.data_file(ino)?;
+        f.set_len(0).map_err(|e| io_errno("truncate", e))?;
+        let now = std::time::SystemTime::now();
+        f.set_times(FileTimes::new().set_modified(now))
+            .map_err(|e| io_errno("set times", e))?;
+        self.node_mut(ino)?.ctime = crate::node::from_system_time(now);
+        self.mark_written(ino)?;
+        self.changed(ino)
+    }
+
+    fn copy_up_with(&mut self, ino: u64, copy: bool) -> R<()> {
         let n = self.node(ino)?;
         let content = match &n.data {
             Data::Upper(_) => return Ok(()),
@@ -260,12 +284,19 @@ impl State {
         };
         let (atime, mtime) = (n.atime, n.mtime);
         let path = self.upper_path(ino);
-        let src = self
-            .cache
-            .ensure(&self.store, &content)
-            .map_err(|e| eio("materialize for copy-up", e))?;
+        let src = if copy {
+            self.cache
+                .ensure(&self.store, &content)
+                .map_err(|e| eio("materialize for copy-up", e))?
+        } else {
+            std::path::PathBuf::new()
+        };
         let tmp = path.with_extension("copyup");
-        std::fs::copy(&src, &tmp).map_err(|e| io_errno("copy up", e))?;
+        if copy {
+            std::fs::copy(&src, &tmp).map_err(|e| io_errno("copy up", e))?;
+        } else {
+            File::create(&tmp).map_err(|e| io_errno("copy up", e))?;
+        }
         let f = File::options()
             .write(true)
             .open(&tmp)
@@ -284,7 +315,7 @@ impl State {
             origin_size: content.size,
             origin: Some(content),
             origin_mtime: mtime,
-            written: false,
+            written: !copy,
         });
         n.file = None;
         self.changed(ino)

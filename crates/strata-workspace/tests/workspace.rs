@@ -524,3 +524,46 @@ fn discard_removes_everything() {
     assert_eq!(fx.head(), head);
     assert!(fx.entry(b"x").is_none());
 }
+
+#[test]
+fn o_trunc_o_append_o_excl() {
+    let fx = fixture();
+    let ws = fx.create();
+    let h = fx.mount(&ws, true);
+    let before = std::fs::metadata(fx.p("big.bin")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    // O_TRUNC of a base file: empty, then new bytes; mtime moves.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(fx.p("big.bin"))
+        .unwrap();
+    assert_eq!(std::fs::metadata(fx.p("big.bin")).unwrap().len(), 0);
+    f.write_all(b"short").unwrap();
+    drop(f);
+    let after = std::fs::metadata(fx.p("big.bin")).unwrap();
+    assert!(after.mtime_nsec() != before.mtime_nsec() || after.mtime() != before.mtime());
+    // O_APPEND from two handles.
+    let mut a = std::fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("hello.txt"))
+        .unwrap();
+    let mut b = std::fs::OpenOptions::new()
+        .append(true)
+        .open(fx.p("hello.txt"))
+        .unwrap();
+    a.write_all(b"A\n").unwrap();
+    b.write_all(b"B\n").unwrap();
+    drop((a, b));
+    // O_EXCL on an existing name.
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(fx.p("hello.txt"))
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EEXIST));
+    ws.commit("flags").unwrap();
+    h.unmount().unwrap();
+    assert_eq!(fx.bytes(b"big.bin"), b"short");
+    assert_eq!(fx.bytes(b"hello.txt"), b"hello world\nA\nB\n");
+}
