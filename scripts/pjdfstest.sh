@@ -50,7 +50,7 @@ utime_now = {}
 rename_ctime = {}
 
 [settings]
-naptime = 0.001
+naptime = 0.01
 allow_remount = false
 
 [dummy_auth]
