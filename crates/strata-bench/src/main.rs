@@ -6,6 +6,7 @@
 
 mod fs;
 mod report;
+mod rootless;
 mod store;
 
 use clap::Parser;
@@ -20,7 +21,7 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs).
+    /// Run only this group (store, fs, rootless).
     #[arg(long)]
     only: Option<String>,
     /// Also write the rows as JSON to this file.
@@ -41,6 +42,8 @@ pub struct Ctx {
 }
 
 fn main() -> anyhow::Result<()> {
+    // The rootless group re-executes this binary as its helper: first thing.
+    strata_rootless::maybe_run_internal();
     let args = Args::parse();
     let base = args
         .scratch
@@ -54,7 +57,11 @@ fn main() -> anyhow::Result<()> {
         quick: args.quick,
         scratch: scratch.path().to_path_buf(),
     };
-    let groups: &[(&str, Group)] = &[("store", store::run), ("fs", fs::run)];
+    let groups: &[(&str, Group)] = &[
+        ("store", store::run),
+        ("fs", fs::run),
+        ("rootless", rootless::run),
+    ];
     let mut rows = Vec::new();
     for (name, f) in groups {
         if args.only.as_deref().is_some_and(|o| o != *name) {

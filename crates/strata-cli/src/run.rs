@@ -49,7 +49,13 @@ fn parse_env(s: &str) -> Result<(OsString, OsString), String> {
 /// Run it; the command's status becomes ours (a signal as 128+N). Errors
 /// of strata itself are printed here and exit with [`RUN_FAILED`].
 pub fn run(ctx: &Ctx, a: RunArgs) -> Result<ExitCode> {
-    let store = ctx.open()?;
+    let store = match ctx.open() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("strata: error: {e:#}");
+            return Ok(ExitCode::from(RUN_FAILED));
+        }
+    };
     let spec = RunSpec {
         reference: a.reference.clone(),
         argv: a.argv.clone(),

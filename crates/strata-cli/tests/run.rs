@@ -484,6 +484,10 @@ fn a_missing_binary_is_an_error_not_127() {
         assert!(stderr(&out).contains("No such file"), "{}", stderr(&out));
     }
     assert!(user_pids().is_empty(), "processes left: {:?}", user_pids());
+    // A REF that is not there is strata's failure too.
+    let out = f.user(&["run", "p/nosuch", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(RUN_FAILED), "{}", stderr(&out));
+    assert!(stderr(&out).contains("strata: error:"), "{}", stderr(&out));
 }
 
 #[test]

@@ -74,6 +74,15 @@ impl Probe {
     pub fn ok(&self) -> bool {
         self.mechanism.is_some()
     }
+
+    /// One KEY=VALUE line for `strata probe`: `rootless=<mechanism>` or
+    /// `rootless=unavailable: <causes and fixes>`.
+    pub fn key_value(&self) -> String {
+        match self.mechanism {
+            Some(m) => format!("rootless={m}"),
+            None => format!("rootless=unavailable: {self}"),
+        }
+    }
 }
 
 impl std::fmt::Display for Probe {
@@ -210,6 +219,9 @@ mod tests {
         let s = p.to_string();
         assert!(s.contains("mode 0600"), "{s}");
         assert!(s.contains("chmod 0666 /dev/fuse"), "{s}");
+        assert!(p
+            .key_value()
+            .starts_with("rootless=unavailable: /dev/fuse is mode 0600"));
     }
 
     #[test]
@@ -220,6 +232,7 @@ mod tests {
             sysctls: vec![("/proc/sys/user/max_user_namespaces", "96365".into())],
         });
         assert_eq!(p.mechanism, Some(Mechanism::FuseInUserNamespace));
+        assert_eq!(p.key_value(), "rootless=fuse-in-user-namespace");
     }
 
     #[test]
