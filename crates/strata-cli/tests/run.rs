@@ -149,6 +149,7 @@ impl Fixture {
         .args(args)
         .env_remove("STRATA_STORE")
         .env_remove("XDG_DATA_HOME")
+        .env("STRATA_RTEST_TAG", tag())
         .env("HOME", self.tmp.path())
         .current_dir(self.tmp.path())
         .timeout(Duration::from_secs(120));
@@ -219,8 +220,23 @@ fn host_mounts() -> String {
     std::fs::read_to_string("/proc/self/mounts").unwrap()
 }
 
-/// Processes of uid 1500 right now.
+/// Marks the processes of this test binary's runs (strata, helper, init,
+/// command all inherit it), so that other uid 1500 processes on the machine
+/// (a sandbox test's commands run as 1500 too) never count.
+fn tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        format!("{}-{nanos}", std::process::id())
+    })
+}
+
+/// Processes of uid 1500 started by this test binary's runs, right now.
 fn user_pids() -> Vec<u32> {
+    let needle = format!("STRATA_RTEST_TAG={}\0", tag());
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -231,7 +247,9 @@ fn user_pids() -> Vec<u32> {
                 .lines()
                 .find_map(|l| l.strip_prefix("Uid:"))
                 .and_then(|v| v.split_whitespace().next()?.parse::<u32>().ok());
-            if uid == Some(UID) {
+            let ours = std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle.as_bytes()));
+            if uid == Some(UID) && ours {
                 out.push(pid);
             }
         }
