@@ -149,9 +149,9 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
         check_cwd(&cwd, &canon)?;
     }
     let verdict = probe::probe();
-    if !verdict.ok() {
+    let Some(mechanism) = verdict.mechanism else {
         return Err(RunError::Unavailable(verdict));
-    }
+    };
 
     let scratch_parent = spec
         .scratch_parent
@@ -225,7 +225,11 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
         },
     )?;
 
-    let served = serve_and_run(&ws, spec, &mountpoint, uid, gid);
+    // One arm per mechanism; a seccomp user-notification mechanism for
+    // hosts without a usable /dev/fuse would be another.
+    let served = match mechanism {
+        Mechanism::FuseInUserNamespace => serve_and_run(&ws, spec, &mountpoint, uid, gid),
+    };
     let status = match served {
         Ok(s) => s,
         Err(e) => {
