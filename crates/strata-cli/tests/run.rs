@@ -749,6 +749,56 @@ fn stdin_reaches_the_command_and_json_reports_the_run() {
 }
 
 #[test]
+fn a_lost_commit_race_is_an_error_and_keeps_the_work() {
+    // Two runs on one branch: the second to commit finds the branch moved.
+    // That is strata's failure (125), not the command's status, and the
+    // uncommitted Workspace is kept (and not swept by later runs).
+    let f = Fixture::new(0o666, base_tree);
+    let sync = f.path("sync");
+    let script = format!(
+        r#"set -e; echo slow > "$STRATA_ROOT/slow.txt"; touch {0}/ready; while [ ! -e {0}/go ]; do sleep 0.02; done"#,
+        s(&sync)
+    );
+    let mut slow = f
+        .user(&["run", "p/main", "--commit", "--", "sh", "-c", &script])
+        .spawn_output_later();
+    wait_for(
+        "the slow command to be ready",
+        Duration::from_secs(60),
+        || sync.join("ready").exists() || slow.try_wait_done(),
+    );
+    let out = f.run_sh(
+        &["--commit", "-m", "fast"],
+        r#"echo fast > "$STRATA_ROOT/fast.txt""#,
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    std::fs::write(sync.join("go"), b"").unwrap();
+    let out = slow.finish();
+    assert_eq!(
+        out.status.code(),
+        Some(RUN_FAILED),
+        "stderr: {}",
+        stderr(&out)
+    );
+    let e = stderr(&out);
+    assert!(e.contains("commit failed") && e.contains("moved"), "{e}");
+    let kept = e
+        .split("is kept under ")
+        .nth(1)
+        .map(|r| PathBuf::from(r.trim()))
+        .expect("the kept path");
+    assert!(kept.exists(), "{kept:?}");
+    // A later run does not sweep it.
+    let out = f.user(&["run", "p/main", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(kept.exists(), "kept Workspace swept: {kept:?}");
+    let (store, head, _c) = f.read_back();
+    assert_eq!(file_bytes(&store, head, "fast.txt").unwrap(), b"fast\n");
+    assert!(store.read_path(head, b"slow.txt").unwrap().is_none());
+    let _ = std::fs::remove_dir_all(kept.parent().unwrap());
+}
+
+#[test]
 fn dev_fuse_mode_0600_gets_a_verdict_with_the_fix() {
     // BRIEF section 4: /dev/fuse is mode 0600 on these machines.
     let f = Fixture::new(0o600, base_tree);
