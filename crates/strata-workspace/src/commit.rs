@@ -544,6 +544,39 @@ impl State {
         })
     }
 
+    /// After adopting a commit this Workspace published but did not journal
+    /// (see `Workspace::open`): make every upper file's origin its current
+    /// content, so that status compares it with the adopted base by id.
+    pub(crate) fn rebase_uppers(&mut self) -> Result<()> {
+        let uppers: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.data, Data::Upper(_)) && !n.links.is_empty())
+            .map(|(i, _)| *i)
+            .collect();
+        for ino in uppers {
+            let (size, mtime) = self.upper_size_mtime(ino)?;
+            let path = self.upper_path(ino);
+            let Data::Upper(u) = &self.node(ino).map_err(errno_err("rebase"))?.data else {
+                continue;
+            };
+            let c = self
+                .store
+                .write_file_from_path(&path, u.origin.as_ref())
+                .map_err(st_err("hash an upper file"))?;
+            if let Ok(n) = self.node_mut(ino) {
+                n.data = Data::Upper(crate::node::UpperInfo {
+                    origin: Some(c),
+                    origin_size: size,
+                    origin_mtime: mtime,
+                    written: false,
+                });
+            }
+            self.tx(|s| s.persist(ino)).map_err(errno_err("journal"))?;
+        }
+        Ok(())
+    }
+
     /// Changed upper files, to be hashed without holding the state lock (so
     /// that FUSE operations go on while big files are chunked).
     pub(crate) fn files_to_hash(&mut self) -> Result<ToHash> {

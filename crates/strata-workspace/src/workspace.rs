@@ -189,6 +189,29 @@ impl Workspace {
             reason: format!("bad base {base_hex:?}"),
         })?;
         let (nodes, entries) = journal.load()?;
+        let mut journal = journal;
+        // A server that died between publishing a commit and journalling
+        // its new base left the branch one commit ahead, made by this
+        // Workspace from this base: adopt it. Status compares values, not
+        // flags, so the live tree (dirs still reading their old trees) shows
+        // exactly the changes made since.
+        let mut adopted = false;
+        let base = match store.branch_head(&branch) {
+            Ok(head) if head != base => match store.read_commit(head) {
+                Ok(c)
+                    if c.parents == [base]
+                        && c.metadata.get("workspace").map(String::as_str) == Some(id) =>
+                {
+                    journal
+                        .set_meta("base", &head.to_hex())
+                        .map_err(journal.err("record the adopted base"))?;
+                    adopted = true;
+                    head
+                }
+                _ => base,
+            },
+            _ => base,
+        };
         let mut state = new_state(store, id, branch, base, &dir, opts, journal)?;
         for (ino, rec) in nodes {
             state.nodes.insert(ino, Node::from_record(rec));
@@ -241,6 +264,12 @@ impl Workspace {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
+        }
+        if adopted {
+            // The upper files still name the contents they were copied
+            // from; re-derive what they hold now (hashing dedups against
+            // the adopted commit, so nothing new is stored).
+            state.rebase_uppers()?;
         }
         store
             .pin(&format!("workspace:{id}"), base)

@@ -148,3 +148,35 @@ fn kill_9_then_reopen() {
         vec![(b"user.k".to_vec(), b"v".to_vec())]
     );
 }
+
+/// The server died after the branch moved but before the journal recorded
+/// the new base: reopening adopts the commit it made, with nothing pending.
+#[test]
+fn crash_between_publish_and_journal() {
+    let fx = fixture();
+    let ws = fx.create();
+    let id = ws.id().to_string();
+    let h = ws.mount(&fx.mnt, &MountOptions::default()).unwrap();
+    std::fs::write(fx.p("new.txt"), b"published").unwrap();
+    std::fs::write(fx.p("hello.txt"), b"changed").unwrap();
+    std::fs::remove_file(fx.p("dir/a.txt")).unwrap();
+    h.unmount().unwrap();
+    drop(ws);
+    let journal = fx.scratch.join(&id).join("journal.log");
+    let saved = std::fs::read(&journal).unwrap();
+    let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
+    let CommitOutcome::Committed(c) = ws.commit("published").unwrap() else {
+        panic!()
+    };
+    drop(ws);
+    std::fs::write(&journal, saved).unwrap(); // the journal never saw it
+    let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
+    assert_eq!(ws.base(), c, "the published commit is adopted");
+    assert!(
+        ws.status().unwrap().is_empty(),
+        "{:?}",
+        ws.status().unwrap()
+    );
+    assert_eq!(ws.commit("again").unwrap(), CommitOutcome::UpToDate);
+    assert_eq!(fx.head(), c);
+}
