@@ -143,6 +143,7 @@ fn init(ctx: &Ctx, a: &InitArgs) -> Result<()> {
 fn snapshot_json(r: &SnapshotReport, branch: &str) -> serde_json::Value {
     json!({
         "commit": r.commit.map(|c| c.to_hex()),
+        "unchanged": r.unchanged,
         "branch": branch,
         "files": r.files,
         "dirs": r.dirs,
@@ -155,6 +156,12 @@ fn snapshot_json(r: &SnapshotReport, branch: &str) -> serde_json::Value {
 }
 
 fn snapshot_text(r: &SnapshotReport, branch: &str) -> String {
+    if r.unchanged {
+        return format!(
+            "nothing changed: {branch} stays at {}",
+            r.commit.map(|c| c.to_hex()).unwrap_or_default()
+        );
+    }
     format!(
         "{branch} is now at {}\n{} files, {} directories, {} symlinks, {}; {} new objects, {} stored",
         r.commit.map(|c| c.to_hex()).unwrap_or_default(),

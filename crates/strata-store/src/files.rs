@@ -354,6 +354,16 @@ impl Store {
         Ok(out)
     }
 
+    /// Stream a file's whole content into `out`, one chunk at a time.
+    pub fn read_to(&self, c: &FileContent, out: &mut dyn Write) -> Result<()> {
+        for (_, id, _) in self.chunk_list(c)? {
+            let raw = self.get_raw(&id, Kind::Chunk)?;
+            out.write_all(&raw)
+                .map_err(|e| StoreError::io("write", "the output stream", e))?;
+        }
+        Ok(())
+    }
+
     /// Write a file's whole content to `dest` (created or truncated). Runs of
     /// zero chunks are left as holes, so sparse files stay sparse.
     pub fn materialize(&self, c: &FileContent, dest: &Path) -> Result<()> {

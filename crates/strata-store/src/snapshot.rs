@@ -23,7 +23,11 @@ use std::sync::Mutex;
 /// What a snapshot did.
 #[derive(Clone, Debug, Default)]
 pub struct SnapshotReport {
+    /// The new commit, or the unchanged head when `unchanged`.
     pub commit: Option<ObjectId>,
+    /// The tree equals the parent's: no commit was written and the branch
+    /// did not move (like a Workspace commit with no changes).
+    pub unchanged: bool,
     pub files: u64,
     pub dirs: u64,
     pub symlinks: u64,
@@ -157,6 +161,13 @@ impl Store {
         report.new_objects = new_objects;
         report.new_bytes = new_bytes;
         report.warnings = ctx.warnings.into_inner().unwrap_or_default();
+        if let Some(p) = parent {
+            if prev_tree == Some(tree) {
+                report.commit = Some(p);
+                report.unchanged = true;
+                return Ok(report);
+            }
+        }
         let mut metadata = BTreeMap::new();
         metadata.insert("source".to_string(), src.display().to_string());
         metadata.insert(
