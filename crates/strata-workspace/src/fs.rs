@@ -156,6 +156,10 @@ impl Filesystem for WsFs {
         let r = self.st().do_lookup(parent.0, name_bytes(name));
         match r {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            // A negative entry (node id 0) lets the kernel cache "no such
+            // name" for TTL: compilers, git and python probe many missing
+            // paths, and every name change goes through this daemon anyway.
+            Err(e) if e == Errno::ENOENT => reply.entry(&TTL, &negative_attr(), Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -741,6 +745,26 @@ fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
         reply.error(Errno::ERANGE);
     } else {
         reply.data(v);
+    }
+}
+
+fn negative_attr() -> fuser::FileAttr {
+    fuser::FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: SystemTime::UNIX_EPOCH,
+        mtime: SystemTime::UNIX_EPOCH,
+        ctime: SystemTime::UNIX_EPOCH,
+        crtime: SystemTime::UNIX_EPOCH,
+        kind: fuser::FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
     }
 }
 
