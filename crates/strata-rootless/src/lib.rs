@@ -240,7 +240,13 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
         }
     };
 
-    let changes = ws.status()?;
+    let changes = match ws.status() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ws.discard();
+            return Err(e.into());
+        }
+    };
     let disposition = match &spec.commit {
         Some(msg) => match ws.commit(msg) {
             Ok(outcome) => Disposition::Committed {
