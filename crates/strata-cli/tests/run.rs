@@ -511,6 +511,19 @@ fn env_strata_root_and_at() {
         !at.exists(),
         "--at directory created by run was left behind"
     );
+
+    // An existing --at directory is only covered in the command's view:
+    // the command does not see its contents, the host keeps them.
+    let at = f.path("sync/existing");
+    std::fs::create_dir(&at).unwrap();
+    std::fs::write(at.join("host.txt"), b"host").unwrap();
+    chown_tree(&at);
+    let out = f.run_sh(
+        &["--at", s(&at)],
+        r#"set -e; [ ! -e "$STRATA_ROOT/host.txt" ]; [ -e "$STRATA_ROOT/keep.txt" ]"#,
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(std::fs::read(at.join("host.txt")).unwrap(), b"host");
 }
 
 #[test]

@@ -158,3 +158,47 @@ impl std::fmt::Display for SpawnFailure {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscall_failures_name_the_step_and_the_fix() {
+        let e = HelperError::OpenDevFuse(Errno(libc::EACCES)).to_string();
+        assert!(
+            e.starts_with("open /dev/fuse inside the user namespace"),
+            "{e}"
+        );
+        assert!(e.contains("chmod 0666 /dev/fuse"), "{e}");
+        let e = HelperError::Unshare(Errno(libc::EPERM)).to_string();
+        assert!(
+            e.starts_with("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID)"),
+            "{e}"
+        );
+        assert!(e.contains("user.max_user_namespaces"), "{e}");
+        let e = HelperError::Unshare(Errno(libc::EINVAL)).to_string();
+        assert!(e.contains("multithreaded"), "{e}");
+        let e = HelperError::MountFuse {
+            mountpoint: "/m".into(),
+            errno: Errno(libc::EINVAL),
+        }
+        .to_string();
+        assert!(e.contains("/m") && e.contains("opened inside"), "{e}");
+        let e = HelperError::WriteUidMap(Errno(libc::EPERM)).to_string();
+        assert!(e.starts_with("write /proc/self/uid_map"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_program_says_so() {
+        let e = RunError::CommandNotStarted {
+            program: "nope".into(),
+            failure: SpawnFailure::Exec(Errno(libc::ENOENT)),
+        }
+        .to_string();
+        assert!(
+            e.contains("cannot start \"nope\"") && e.contains("no such program"),
+            "{e}"
+        );
+    }
+}
