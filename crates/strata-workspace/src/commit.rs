@@ -306,11 +306,16 @@ impl State {
             return Ok(());
         }
         let same_origin = d.lower == base;
+        let own_lower = d.lower;
         let children = d.children.clone();
+        if same_origin && children.len() > 16 {
+            // One listing (cached) beats a Store lookup per changed name.
+            self.listing(ino).map_err(errno_err("status"))?;
+        }
         let own = if same_origin {
             BTreeMap::new()
         } else {
-            self.base_entries(d.lower)?
+            self.base_entries(own_lower)?
         };
         let mut names: BTreeSet<Vec<u8>> = children.keys().cloned().collect();
         let base_list = if same_origin {

@@ -567,3 +567,54 @@ fn o_trunc_o_append_o_excl() {
     assert_eq!(fx.bytes(b"big.bin"), b"short");
     assert_eq!(fx.bytes(b"hello.txt"), b"hello world\nA\nB\n");
 }
+
+#[test]
+fn concurrent_writers_while_committing() {
+    let fx = fixture();
+    let ws = fx.create();
+    let h = fx.mount(&ws, true);
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let dir = fx.p(&format!("w{w}"));
+            std::thread::spawn(move || {
+                std::fs::create_dir(&dir).unwrap();
+                for i in 0..100 {
+                    std::fs::write(dir.join(format!("f{i}")), format!("{w}:{i}")).unwrap();
+                    if i % 3 == 0 {
+                        std::fs::rename(dir.join(format!("f{i}")), dir.join(format!("r{i}")))
+                            .unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    // Commit repeatedly while they write: each commit is a consistent
+    // snapshot of whatever exists at that moment.
+    let mut commits = 0;
+    while writers.iter().any(|w| !w.is_finished()) {
+        if let CommitOutcome::Committed(_) = ws.commit("while writing").unwrap() {
+            commits += 1;
+        }
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    ws.commit("final").unwrap();
+    assert!(ws.status().unwrap().is_empty());
+    h.unmount().unwrap();
+    eprintln!("{commits} commits while writing");
+    for w in 0..3 {
+        for i in 0..100 {
+            let name = if i % 3 == 0 {
+                format!("w{w}/r{i}")
+            } else {
+                format!("w{w}/f{i}")
+            };
+            assert_eq!(
+                fx.bytes(name.as_bytes()),
+                format!("{w}:{i}").as_bytes(),
+                "{name}"
+            );
+        }
+    }
+}
