@@ -618,3 +618,44 @@ fn concurrent_writers_while_committing() {
         }
     }
 }
+
+#[test]
+fn utimensat_ns_fallocate_fsync_statfs() {
+    let fx = fixture();
+    let ws = fx.create();
+    let h = fx.mount(&ws, true);
+    let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_600_000_000, 123_456_789);
+    // A base file (metadata only, no copy-up) and a new file.
+    let lower = std::fs::File::open(fx.p("dir/a.txt")).unwrap();
+    lower
+        .set_times(std::fs::FileTimes::new().set_modified(t))
+        .unwrap();
+    drop(lower);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(fx.p("alloc"))
+        .unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain fallocate(2) on an open descriptor.
+    assert_eq!(unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, 1 << 20) }, 0);
+    assert_eq!(f.metadata().unwrap().len(), 1 << 20);
+    f.sync_all().unwrap();
+    f.set_times(std::fs::FileTimes::new().set_modified(t))
+        .unwrap();
+    drop(f);
+    let m = std::fs::metadata(fx.p("dir/a.txt")).unwrap();
+    assert_eq!((m.mtime(), m.mtime_nsec()), (1_600_000_000, 123_456_789));
+    let st = rustix::fs::statvfs(&fx.mnt).unwrap();
+    assert_eq!(st.f_namemax, 255);
+    assert!(st.f_blocks > 0);
+    ws.commit("times").unwrap();
+    h.unmount().unwrap();
+    let want = 1_600_000_000_123_456_789i64;
+    assert_eq!(fx.entry(b"dir/a.txt").unwrap().mtime_ns, want);
+    assert_eq!(fx.bytes(b"dir/a.txt"), b"file a\n");
+    let a = fx.entry(b"alloc").unwrap();
+    assert_eq!((a.mtime_ns, a.size()), (want, 1 << 20));
+}
