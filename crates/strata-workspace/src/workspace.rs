@@ -546,8 +546,10 @@ impl MountHandle {
         self.mountpoint.as_deref()
     }
 
-    /// Unmount and wait for the session threads. Fails with EBUSY (and
-    /// keeps serving) while something still uses the mount.
+    /// Unmount and wait for the session threads. While something still
+    /// uses the mount this returns the EBUSY error, and dropping the handle
+    /// (which this does) then detaches the mount lazily: it keeps serving
+    /// its remaining users and the Workspace stays "mounted" until they go.
     pub fn unmount(mut self) -> Result<()> {
         if let Some(mp) = &self.mountpoint {
             rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty())
@@ -583,8 +585,17 @@ impl Drop for MountHandle {
                 // Busy: detach now, the kernel finishes when the last user
                 // goes (umount2(2) MNT_DETACH).
                 let _ = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH);
-                self.session.take();
-                self.shared.mounted.store(false, Ordering::SeqCst);
+                // The Workspace counts as mounted (no second mount, no
+                // discard) until the session really ends.
+                if let Some(s) = self.session.take() {
+                    let shared = self.shared.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("strata-ws-detached".into())
+                        .spawn(move || {
+                            let _ = s.join();
+                            shared.mounted.store(false, Ordering::SeqCst);
+                        });
+                }
                 return;
             }
         }

@@ -659,3 +659,32 @@ fn utimensat_ns_fallocate_fsync_statfs() {
     let a = fx.entry(b"alloc").unwrap();
     assert_eq!((a.mtime_ns, a.size()), (want, 1 << 20));
 }
+
+#[test]
+fn busy_unmount_detaches_and_finishes_later() {
+    let fx = fixture();
+    let ws = fx.create();
+    let h = fx.mount(&ws, true);
+    std::fs::write(fx.p("up.txt"), b"hello world\n").unwrap();
+    let f = std::fs::File::open(fx.p("up.txt")).unwrap();
+    assert!(
+        h.unmount().is_err(),
+        "unmount of a busy mount must report it"
+    );
+    assert!(ws.is_mounted(), "still serving its last user");
+    let mut buf = [0u8; 64];
+    let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+    assert_eq!(&buf[..n], b"hello world\n");
+    drop(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ws.is_mounted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the detached session never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let h = fx.mount(&ws, true);
+    assert_eq!(std::fs::read(fx.p("hello.txt")).unwrap(), b"hello world\n");
+    h.unmount().unwrap();
+}
