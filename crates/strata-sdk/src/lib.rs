@@ -38,6 +38,7 @@
 pub mod client;
 mod error;
 pub mod exec;
+pub mod host;
 pub mod sandbox;
 mod store;
 mod workspace;

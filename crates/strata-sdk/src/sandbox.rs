@@ -542,6 +542,11 @@ fn create_native_min(spec: SandboxSpec) -> Result<Sandbox> {
     );
     dcfg.default_mount = Some(PathBuf::from(&default_mount));
     dcfg.helper_exe = Some(exe.clone());
+    // The exec helper may fail after dropping to the command's uid and must
+    // still write its report: the state directory (0700) is out of its
+    // reach, the Sandbox's private /tmp is not. The daemon creates this
+    // directory (root, 0711) before any command runs.
+    dcfg.run_dir = Some(PathBuf::from("/tmp/.strata-execs"));
     strata_daemon::write_private(
         &cfg_path,
         &serde_json::to_vec_pretty(&dcfg).expect("config serializes"),

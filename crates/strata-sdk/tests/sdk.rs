@@ -1,0 +1,326 @@
+//! SDK behaviour beyond the flow: spawn with separate streams and a stdin
+//! writer, typed errors (ExecFailed/ENOENT, Conflict with the actual head,
+//! NotFound, InvalidInput, Busy for a taken name, Unauthorized), list by
+//! label and prefix, the Store hidden from commands, and a Sandbox started
+//! in one process, reopened, exec'd in and closed from another.
+//!
+//! Its own `main` (harness = false): the binary is re-executed as the
+//! Sandbox init, the daemon, the exec helper, and as the second process of
+//! the reopen test (`reopen ID`).
+
+use strata_sdk::{Error, Sandbox, SandboxFilter, SandboxSpec, Store};
+
+fn main() {
+    strata_sdk::maybe_run_internal();
+    let args: Vec<String> = std::env::args().collect();
+    let rt = tokio::runtime::Runtime::new().expect("tokio");
+    if args.get(1).map(String::as_str) == Some("reopen") {
+        // The second process: reopen by ID, exec, close.
+        let id = args[2].clone();
+        rt.block_on(async move {
+            let sb = Sandbox::open(&id).await.expect("reopen");
+            assert_eq!(sb.state().await, strata_sdk::SandboxState::Running);
+            let ws = sb.workspaces().await.expect("workspaces");
+            assert_eq!(ws.len(), 1);
+            let o = ws[0]
+                .exec(["sh", "-c", "cat mark; id -u"])
+                .output()
+                .await
+                .expect("exec");
+            print!("{}", o.stdout_str());
+            sb.close().await.expect("close");
+        });
+        return;
+    }
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests create native Sandboxes: run them as root (CI does)"
+    );
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut failed = 0;
+    macro_rules! case {
+        ($name:ident) => {{
+            let t = std::time::Instant::now();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on($name(tmp.path()))
+            }));
+            match r {
+                Ok(()) => println!("test {} ... ok ({:?})", stringify!($name), t.elapsed()),
+                Err(_) => {
+                    println!("test {} ... FAILED", stringify!($name));
+                    failed += 1;
+                }
+            }
+        }};
+    }
+    case!(spawn_streams_stdin_and_errors);
+    case!(conflict_carries_the_actual_head);
+    case!(names_labels_and_unknown_ids);
+    case!(reopen_exec_close_from_another_process);
+    if failed > 0 {
+        eprintln!("{failed} test(s) failed");
+        std::process::exit(1);
+    }
+}
+
+async fn store_with_project(dir: &std::path::Path, name: &str) -> Store {
+    let src = dir.join(format!("src-{name}"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"base\n").unwrap();
+    let store = Store::create(dir.join(format!("store-{name}")))
+        .await
+        .unwrap();
+    store.create_project_from("p", &src).await.unwrap();
+    store
+}
+
+async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
+    let store = store_with_project(dir, "a").await;
+    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+
+    // spawn: stdin writer, separate ordered streams, drop of stdin = EOF.
+    let mut h = ws
+        .exec([
+            "sh",
+            "-c",
+            "while read l; do echo out:$l; echo err:$l >&2; done; echo bye",
+        ])
+        .stdin_pipe()
+        .spawn()
+        .await
+        .unwrap();
+    assert!(h.id().starts_with('x'));
+    let mut stdin = h.stdin.take().unwrap();
+    stdin.write(&b"one\ntwo\n"[..]).await.unwrap();
+    stdin.write(&b"three\n"[..]).await.unwrap();
+    drop(stdin); // EOF
+    let mut out = h.stdout.take().unwrap();
+    let mut err = h.stderr.take().unwrap();
+    let (o, e) = tokio::join!(out.read_to_end(), err.read_to_end());
+    let st = h.wait().await.unwrap();
+    assert!(st.success(), "{st:?}");
+    assert_eq!(o, b"out:one\nout:two\nout:three\nbye\n");
+    assert_eq!(e, b"err:one\nerr:two\nerr:three\n");
+
+    // Exit codes and env/cwd/user.
+    for code in [0, 1, 42] {
+        let o = ws
+            .exec(["sh", "-c", &format!("exit {code}")])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(o.status.code, Some(code));
+    }
+    let o = ws.exec(["mkdir", "-m", "777", "d"]).output().await.unwrap();
+    assert!(o.status.success(), "{}", o.stderr_str());
+    let o = ws
+        .exec(["sh", "-c", "echo $FOO; pwd; id -u; id -g; touch by-2000"])
+        .env("FOO", "bar")
+        .cwd(format!("{}/d", ws.path()))
+        .user(2000, 2001)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        o.stdout_str(),
+        format!("bar\n{}/d\n2000\n2001\n", ws.path()),
+        "{}",
+        o.stderr_str()
+    );
+
+    // Typed errors.
+    let e = ws.exec(["/no/such/program"]).output().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::ExecFailed { errno: Some(2), .. }),
+        "missing program: {e:?}"
+    );
+    let e = ws.exec(["true"]).cwd("/etc").output().await.unwrap_err();
+    assert!(matches!(&e, Error::InvalidInput { .. }), "{e:?}");
+    let e = ws
+        .exec(["true"])
+        .env("A=B", "x")
+        .output()
+        .await
+        .unwrap_err();
+    assert!(matches!(&e, Error::InvalidInput { .. }), "{e:?}");
+    let e = ws.exec(["true"]).user(0, 0).output().await.unwrap_err();
+    assert!(matches!(&e, Error::InvalidInput { .. }), "{e:?}");
+    let e = sb.mount("p/nope", Some("/tmp/other")).await.unwrap_err();
+    assert!(matches!(&e, Error::NotFound { .. }), "{e:?}");
+
+    // Timeout.
+    let o = ws
+        .exec(["sleep", "1000"])
+        .timeout(std::time::Duration::from_millis(100))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        o.status.timed_out && o.status.signal == Some(libc::SIGTERM),
+        "{:?}",
+        o.status
+    );
+
+    // The Store is not reachable for commands: its host path is masked and
+    // the daemon's copy sits under a 0700 root directory.
+    let store_path = store.dir().display().to_string();
+    let state_dir = sb.record().socket.parent().unwrap().display().to_string();
+    let o = ws
+        .exec([
+            "sh".to_string(),
+            "-c".into(),
+            format!("ls {store_path}/*.db; ls {state_dir}; cat {state_dir}/store/*.db"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "command reached the Store: {}",
+        o.stdout_str()
+    );
+    assert!(
+        o.stdout.is_empty(),
+        "command listed something: {}",
+        o.stdout_str()
+    );
+
+    // The privilege split holds for SDK execs.
+    let o = ws
+        .exec(["cat", "/proc/self/status"])
+        .output()
+        .await
+        .unwrap();
+    let s = o.stdout_str();
+    for want in [
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(s.lines().any(|l| l == want), "{want:?} missing: {s}");
+    }
+    let o = ws.exec(["unshare", "-U", "true"]).output().await.unwrap();
+    assert!(!o.status.success(), "unshare -U succeeded");
+    let o = ws.exec(["umount", "-l", ws.path()]).output().await.unwrap();
+    assert!(!o.status.success(), "umount succeeded");
+
+    // Unauthorized with a wrong token.
+    let bad = strata_sdk::DaemonClient::new(
+        sb.record().socket.clone(),
+        "0".repeat(64),
+        "bad".into(),
+        None,
+    );
+    let e = bad
+        .call::<serde_json::Value>(hyper::Method::GET, "/v1/health", None::<&()>)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Unauthorized { .. }), "{e:?}");
+
+    ws.unmount(true).await.unwrap();
+    sb.close().await.unwrap();
+}
+
+async fn conflict_carries_the_actual_head(dir: &std::path::Path) {
+    let store = store_with_project(dir, "b").await;
+    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let w1 = sb.mount("p/main", Some("/tmp/w1")).await.unwrap();
+    let w2 = sb.mount("p/main", Some("/tmp/w2")).await.unwrap();
+    for w in [&w1, &w2] {
+        let o = w
+            .exec(["sh", "-c", "echo change > g"])
+            .cwd(w.path())
+            .output()
+            .await
+            .unwrap();
+        assert!(o.status.success(), "{}", o.stderr_str());
+    }
+    let c1 = w1.commit("first").await.unwrap();
+    let e = w2.commit("second").await.unwrap_err();
+    match &e {
+        Error::Conflict { actual_head, .. } => assert_eq!(actual_head, c1.commit()),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert_eq!(store.head("p/main").await.unwrap(), c1.commit());
+    sb.close().await.unwrap();
+    // Close never touches the Store: the commit is there.
+    assert_eq!(store.read_file("p/main", "g").await.unwrap(), b"change\n");
+}
+
+async fn names_labels_and_unknown_ids(dir: &std::path::Path) {
+    let store = store_with_project(dir, "c").await;
+    let tag = format!("t{:x}", rand::random::<u32>());
+    let name = format!("sdk-test-{tag}");
+    let sb = Sandbox::create(
+        SandboxSpec::new(store.dir())
+            .name(&name)
+            .label("suite", &tag),
+    )
+    .await
+    .unwrap();
+    let e = Sandbox::create(SandboxSpec::new(store.dir()).name(&name))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Busy { .. }), "name reuse: {e:?}");
+    let mut f = SandboxFilter::default();
+    f.labels.insert("suite".into(), tag.clone());
+    let l = Sandbox::list(f).await.unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].id, sb.id());
+    let l = Sandbox::list(SandboxFilter {
+        name_prefix: Some("sdk-test-t".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(l.iter().any(|r| r.id == sb.id()));
+    let e = Sandbox::open("sb-000000000000000000000000")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    let e = Sandbox::open("nope").await.unwrap_err();
+    assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+    let logs = sb.logs(50).await.unwrap();
+    assert!(logs.contains("STRATA-DAEMON-READY"), "{logs}");
+    let id = sb.id().to_string();
+    sb.close().await.unwrap();
+    let e = Sandbox::open(&id).await.unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "closed sandbox: {e:?}");
+}
+
+async fn reopen_exec_close_from_another_process(dir: &std::path::Path) {
+    let store = store_with_project(dir, "d").await;
+    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+    let o = ws
+        .exec(["sh", "-c", "echo from-first > mark"])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success());
+    let id = sb.id().to_string();
+    drop(ws);
+    drop(sb);
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["reopen", &id])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "second process: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-first\n1500\n");
+    // Closed by the other process: gone from the list.
+    let l = Sandbox::list(SandboxFilter::default()).await.unwrap();
+    assert!(!l.iter().any(|r| r.id == id));
+}
