@@ -3,7 +3,7 @@
 //! * [`Store`]: Store calls in this process (S1): create/open, projects,
 //!   fork a branch, read a file of a commit, log, diff.
 //! * [`Sandbox`]: create (B1–B6), open by exact ID (B8), list (B10), logs
-//!   (B5), close (B9). See [`sandbox`] for the backend in use.
+//!   (B5), close (B9), through strata-sandbox's native backend.
 //! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount.
 //! * [`ExecBuilder`]: one command in a Workspace, as a nonroot uid with no
 //!   capabilities: `.output()` or `.spawn()` ([`ExecHandle`]: separate
@@ -47,7 +47,7 @@ pub use client::DaemonClient;
 pub use error::{Error, Result};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
 pub use sandbox::{
-    Limits, Network, Sandbox, SandboxFilter, SandboxRecord, SandboxSpec, SandboxState,
+    Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState, DEFAULT_MOUNT,
 };
 pub use store::Store;
 pub use workspace::{Change, CommitOutcome, Workspace};

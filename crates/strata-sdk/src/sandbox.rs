@@ -1,63 +1,54 @@
-//! Sandboxes: create, reopen, list, logs, close.
+//! Sandboxes: create, reopen, list, logs, close, through strata-sandbox's
+//! native backend ([`strata_sandbox::NativeBackend`], route A), which does
+//! B1–B6 and B8–B10 (see its docs). The SDK adds what is the daemon's:
+//! its config ([`strata_daemon::DaemonConfig`], written 0600 by the
+//! backend at B3) and the client over the endpoint (B6, B7).
 //!
-//! **Minimal native launcher** (`native_min`): strata-sandbox's native
-//! backend lifecycle (the `Backend` trait in `strata_sandbox::backend`) is
-//! not implemented yet, so the SDK starts Sandboxes itself with
-//! strata-sandbox's public API (`SandboxCommand::privileged` with
-//! `dev_fuse`), keeping one record per Sandbox in a state directory. When
-//! the native backend lands, [`Sandbox::create`] and friends switch to it
-//! without changing this API. What it does, per contract step:
+//! * Default Workspace mount path: `/workspace` (an empty mount point the
+//!   backend creates in the Sandbox's view).
+//! * Exec failure reports: the daemon's run directory is
+//!   `/tmp/.strata-execs` in the Sandbox's private /tmp, because the exec
+//!   helper may fail after dropping to the command's uid, which cannot
+//!   reach the 0700 state directory.
+//! * Close (B9): `POST /v1/shutdown` first (the daemon cancels its execs
+//!   and unmounts its Workspaces cleanly), then the backend's stop (SIGTERM,
+//!   SIGKILL after the grace period) and delete. The Store is untouched.
 //!
-//! * B1: a fresh ID `sb-<24 hex>`; a name that exists is refused (the check
-//!   and the record creation happen under an flock of the state root).
-//! * B2: the Store directory is bound read-write into the Sandbox at
-//!   `<state>/<id>/store`, a path inside the 0700 root-owned state
-//!   directory, which commands (uid 1500) cannot traverse; the Store's own
-//!   host path is masked in the Sandbox as well.
-//! * B3: the daemon's config (0600) and token (0600, 32 random bytes hex)
-//!   are written to the Sandbox's state directory; the daemon binary is the
-//!   caller's executable (or [`SandboxSpec::daemon_exe`]), run in place
-//!   from the read-only host root (not copied).
-//! * B4: `EXE __strata-init … -- EXE __strata-daemon --config PATH`: a
-//!   reaping PID 1 in fresh namespaces, the daemon as root with /dev/fuse.
-//! * B5: the marker line is read from the daemon's stdout within
-//!   [`SandboxSpec::startup_timeout`]; on failure the error carries the log
-//!   tail. The log is `<state>/<id>/daemon.log`.
-//! * B6: the daemon's Unix socket `<state>/<id>/daemon.sock` (0600).
-//! * B8/B10: `<state>/<id>/sandbox.json`.
-//! * B9: `POST /v1/shutdown`, wait for the monitor (SIGTERM then SIGKILL
-//!   if it hangs), then the state directory is removed. The Store is never
-//!   touched.
-//!
-//! Default Workspace mount path: `/workspace` when that directory exists in
-//! the Sandbox's view, else `/tmp/workspace` (the host root is read-only in
-//! the Sandbox and the launcher cannot create `/workspace` in it; see
-//! docs/sandbox-requests.md).
+//! An earlier version of this module carried its own minimal launcher
+//! (`native_min`, see git history) while the backend was being built.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::BufRead;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use hyper::Method;
-use serde::{Deserialize, Serialize};
 use strata_daemon::api;
+use strata_sandbox::backend::{
+    Backend, BackendError, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId, State,
+};
+use strata_sandbox::NativeBackend;
 
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 use crate::workspace::Workspace;
 
+pub use strata_sandbox::backend::SandboxInfo;
 pub use strata_sandbox::{Limits, Network};
+
+/// Default mount path of a Workspace.
+pub const DEFAULT_MOUNT: &str = "/workspace";
+/// Where the daemon keeps per-exec failure reports (inside the Sandbox).
+const RUN_DIR: &str = "/tmp/.strata-execs";
+/// SIGTERM -> SIGKILL grace period of close.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What to create.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
     /// The Store the Sandbox's Workspaces come from (B2).
     pub store: PathBuf,
-    /// Unique among existing Sandboxes; an existing name is refused.
+    /// Unique among existing Sandboxes; an existing name is refused
+    /// ([`Error::Busy`]), never adopted.
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// `None` (loopback only, the default) or `Host`.
@@ -68,8 +59,7 @@ pub struct SandboxSpec {
     /// (the strata CLI). Default: the current executable.
     pub daemon_exe: Option<PathBuf>,
     /// State root (default: `/var/lib/strata/sandboxes` as root, else
-    /// `$XDG_STATE_HOME/strata/sandboxes`). Must not be under /tmp (the
-    /// Sandbox gets a private /tmp).
+    /// `$XDG_STATE_HOME/strata/sandboxes`). Not under /tmp or /run.
     pub state_dir: Option<PathBuf>,
     /// How long to wait for the daemon's marker (default 10 s).
     pub startup_timeout: Duration,
@@ -113,64 +103,66 @@ pub struct SandboxFilter {
 }
 
 /// Where a Sandbox is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxState {
     Running,
     Stopped,
 }
 
-/// The persistent record of a Sandbox (B8), `<state>/<id>/sandbox.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SandboxRecord {
-    pub id: String,
-    /// Always `native_min` for now (see the module docs).
-    pub backend: String,
-    pub name: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub created_ns: i64,
-    /// Host pid of the Sandbox's monitor.
-    pub monitor_pid: u32,
-    pub socket: PathBuf,
-    pub token_file: PathBuf,
-    pub log_file: PathBuf,
-    pub report: PathBuf,
-    pub store: PathBuf,
-    pub daemon_exe: PathBuf,
-    pub default_mount: String,
-    pub marker: String,
-    pub network: Network,
-    pub limits: Limits,
-}
-
-/// An open Sandbox.
+/// An open Sandbox. Dropping it leaves the Sandbox running (reopen it by
+/// ID); [`Sandbox::close`] ends it.
 #[derive(Debug)]
 pub struct Sandbox {
-    record: SandboxRecord,
-    dir: PathBuf,
+    backend: NativeBackend,
+    info: SandboxInfo,
     client: DaemonClient,
 }
 
-/// Monitors started by this process, waited for on close (no zombie).
-static CHILDREN: Mutex<Option<HashMap<String, strata_sandbox::SandboxChild>>> = Mutex::new(None);
-
-fn default_state_root() -> PathBuf {
-    if rustix::process::geteuid().is_root() {
-        return PathBuf::from("/var/lib/strata/sandboxes");
+fn backend_error(e: BackendError) -> Error {
+    let msg = e.to_string();
+    match e {
+        BackendError::NotFound(_) => Error::not_found(
+            msg,
+            "it was closed or never existed; list them with Sandbox::list",
+        ),
+        BackendError::BadId(_) => Error::invalid(msg, "IDs look like sb-<24 hex digits>"),
+        BackendError::NameTaken { .. } => Error::Busy {
+            what: msg,
+            hint: "names are never adopted: pick another name or close that Sandbox".into(),
+        },
+        BackendError::Invalid { .. } => Error::invalid(msg, "fix the request and retry"),
+        BackendError::WrongState { .. } => Error::Busy {
+            what: msg,
+            hint: "check Sandbox::state; close it and create a new one".into(),
+        },
+        BackendError::Step { log_tail, .. } | BackendError::NoMarker { log_tail, .. } => {
+            Error::Backend {
+                what: msg
+                    .split("\n--- log tail ---")
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+                log_tail,
+            }
+        }
+        BackendError::State {
+            action,
+            path,
+            source,
+        } => Error::Io {
+            what: action.to_string(),
+            path,
+            source,
+        },
     }
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-    base.join("strata/sandboxes")
 }
 
-fn mkdir_private(p: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(p)
-        .map_err(Error::io("create the directory", p))
+fn backend_at(root: Option<PathBuf>) -> Result<NativeBackend> {
+    match root {
+        Some(r) => NativeBackend::new(r),
+        None => NativeBackend::with_default_root(),
+    }
+    .map_err(backend_error)
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
@@ -179,45 +171,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::backend(format!("worker thread failed: {e}"), String::new()))?
 }
 
-fn read_record(dir: &Path) -> Result<SandboxRecord> {
-    let p = dir.join("sandbox.json");
-    let text = std::fs::read(&p).map_err(Error::io("read the Sandbox record", &p))?;
-    serde_json::from_slice(&text).map_err(|e| {
-        Error::backend(
-            format!("Sandbox record {} is unreadable: {e}", p.display()),
-            String::new(),
-        )
-    })
-}
-
-fn pid_alive(pid: u32) -> bool {
-    // Reap it first if it is our own child that ended.
-    if let Some(map) = CHILDREN.lock().unwrap().as_mut() {
-        for c in map.values_mut() {
-            if c.id() == pid {
-                if let Ok(Some(_)) = c.child_mut().try_wait() {
-                    return false;
-                }
-            }
-        }
-    }
-    // A zombie counts as dead.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => !s
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
 impl Sandbox {
     /// Create a Sandbox and start its daemon (B1–B6). Needs root,
     /// /dev/fuse and namespaces (route A).
     pub async fn create(spec: SandboxSpec) -> Result<Sandbox> {
-        blocking(move || create_native_min(spec)).await
+        blocking(move || create_native(spec)).await
     }
 
     /// Reopen by exact ID (B8), e.g. from a fresh process. A Sandbox whose
@@ -231,98 +189,69 @@ impl Sandbox {
     pub async fn open_in(id: &str, state_dir: Option<PathBuf>) -> Result<Sandbox> {
         let id = id.to_string();
         blocking(move || {
-            let ok = id.starts_with("sb-")
-                && id[3..].bytes().all(|b| b.is_ascii_hexdigit())
-                && id.len() == 27;
-            if !ok {
-                return Err(Error::invalid(
-                    format!("{id:?} is not a Sandbox ID"),
-                    "IDs look like sb-<24 hex digits>; list them with Sandbox::list",
-                ));
-            }
-            let dir = state_dir.unwrap_or_else(default_state_root).join(&id);
-            if !dir.join("sandbox.json").exists() {
-                return Err(Error::not_found(
-                    format!("Sandbox {id}"),
-                    "it was closed or never existed; list them with Sandbox::list",
-                ));
-            }
-            Sandbox::from_dir(dir)
+            let backend = backend_at(state_dir)?;
+            let info = backend.open(&SandboxId(id)).map_err(backend_error)?;
+            Sandbox::from_info(backend, info)
         })
         .await
     }
 
-    fn from_dir(dir: PathBuf) -> Result<Sandbox> {
-        let record = read_record(&dir)?;
-        let token = std::fs::read_to_string(&record.token_file)
-            .map_err(Error::io("read the Sandbox token", &record.token_file))?
+    fn from_info(backend: NativeBackend, info: SandboxInfo) -> Result<Sandbox> {
+        let socket = match &info.endpoint {
+            Some(Endpoint::Unix { path }) => path.clone(),
+            _ => info.daemon.socket.clone(),
+        };
+        let token = std::fs::read_to_string(&info.token_file)
+            .map_err(Error::io("read the Sandbox token", &info.token_file))?
             .trim()
             .to_string();
         let client = DaemonClient::new(
-            record.socket.clone(),
+            socket,
             token,
-            format!("sandbox {}", record.id),
-            Some(record.log_file.clone()),
+            format!("sandbox {}", info.id),
+            Some(info.log_file.clone()),
         );
         Ok(Sandbox {
-            record,
-            dir,
+            backend,
+            info,
             client,
         })
     }
 
-    /// Sandboxes matching `filter` (B10), sorted by creation time.
-    pub async fn list(filter: SandboxFilter) -> Result<Vec<SandboxRecord>> {
+    /// Sandboxes matching `filter` (B10), oldest first.
+    pub async fn list(filter: SandboxFilter) -> Result<Vec<SandboxInfo>> {
         blocking(move || {
-            let root = filter.state_dir.clone().unwrap_or_else(default_state_root);
-            let mut out = Vec::new();
-            let rd = match std::fs::read_dir(&root) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-                Err(e) => return Err(Error::io("list", &root)(e)),
-            };
-            for e in rd.flatten() {
-                let Ok(r) = read_record(&e.path()) else {
-                    continue;
-                };
-                if filter
-                    .labels
-                    .iter()
-                    .any(|(k, v)| r.labels.get(k) != Some(v))
-                {
-                    continue;
-                }
-                if let Some(p) = &filter.name_prefix {
-                    if !r.name.as_deref().unwrap_or("").starts_with(p.as_str()) {
-                        continue;
-                    }
-                }
-                out.push(r);
-            }
-            out.sort_by_key(|r| r.created_ns);
-            Ok(out)
+            let backend = backend_at(filter.state_dir.clone())?;
+            backend
+                .list(&Filter {
+                    labels: filter.labels,
+                    name_prefix: filter.name_prefix,
+                })
+                .map_err(backend_error)
         })
         .await
     }
 
     /// The full Sandbox ID.
     pub fn id(&self) -> &str {
-        &self.record.id
+        self.info.id.as_str()
     }
 
-    /// Its record (config readable after a reopen).
-    pub fn record(&self) -> &SandboxRecord {
-        &self.record
+    /// What the backend recorded (config readable after a reopen).
+    pub fn info(&self) -> &SandboxInfo {
+        &self.info
     }
 
-    /// Running (monitor alive and the daemon answering) or stopped.
+    /// Running (the backend says so and the daemon answers) or stopped.
     pub async fn state(&self) -> SandboxState {
-        if !pid_alive(self.record.monitor_pid) {
-            return SandboxState::Stopped;
-        }
-        match self.health().await {
-            Ok(_) => SandboxState::Running,
-            Err(_) => SandboxState::Stopped,
+        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let st = blocking(move || b.open(&id).map_err(backend_error)).await;
+        match st {
+            Ok(i) if i.state == State::Running => match self.health().await {
+                Ok(_) => SandboxState::Running,
+                Err(_) => SandboxState::Stopped,
+            },
+            _ => SandboxState::Stopped,
         }
     }
 
@@ -333,16 +262,15 @@ impl Sandbox {
             .await
     }
 
-    /// The last `lines` lines of the daemon's log (B5), read from the host
-    /// side: works when the daemon is dead too.
+    /// The last `lines` lines of the daemon's log (B5), read by the backend
+    /// on the host side: works when the daemon is dead too.
     pub async fn logs(&self, lines: usize) -> Result<String> {
-        let p = self.record.log_file.clone();
-        blocking(move || strata_daemon::tail_file(&p, lines).map_err(Error::io("read the log", &p)))
-            .await
+        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        blocking(move || b.log_tail(&id, lines).map_err(backend_error)).await
     }
 
-    /// Mount branch `reference` (`PROJECT/BRANCH`) at `at` (default: the
-    /// Sandbox's default mount path).
+    /// Mount branch `reference` (`PROJECT/BRANCH`) at `at` (default
+    /// [`DEFAULT_MOUNT`]).
     pub async fn mount(&self, reference: &str, at: Option<&str>) -> Result<Workspace> {
         let info: api::WorkspaceInfo = self
             .client
@@ -351,7 +279,7 @@ impl Sandbox {
                 "/v1/workspaces",
                 Some(&api::MountRequest {
                     reference: reference.into(),
-                    at: Some(at.unwrap_or(&self.record.default_mount).to_string()),
+                    at: Some(at.unwrap_or(DEFAULT_MOUNT).to_string()),
                 }),
             )
             .await?;
@@ -376,8 +304,8 @@ impl Sandbox {
     }
 
     /// Stop the daemon (it cancels running execs and unmounts its
-    /// Workspaces), wait for the Sandbox to end, delete its record and
-    /// state (B9). The Store is untouched.
+    /// Workspaces; uncommitted work is not published), stop the Sandbox and
+    /// delete its record and state (B9). The Store is untouched.
     pub async fn close(self) -> Result<()> {
         let _ = self
             .client
@@ -388,278 +316,53 @@ impl Sandbox {
                 "application/json",
             )
             .await;
-        let rec = self.record.clone();
-        let dir = self.dir.clone();
+        let (b, id) = (self.backend.clone(), self.info.id.clone());
         blocking(move || {
-            let pid = rec.monitor_pid;
-            let mut mine = CHILDREN
-                .lock()
-                .unwrap()
-                .as_mut()
-                .and_then(|m| m.remove(&rec.id));
-            let mut deadline = Instant::now() + Duration::from_secs(5);
-            let mut signalled = false;
-            loop {
-                let ended = match mine.as_mut() {
-                    // Our own child: try_wait reaps it (no zombie).
-                    Some(c) => !matches!(c.child_mut().try_wait(), Ok(None)),
-                    None => !pid_alive(pid),
-                };
-                if ended {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    if signalled {
-                        // SAFETY: kill(2) on the monitor's pid.
-                        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-                        if let Some(c) = mine.as_mut() {
-                            let _ = c.child_mut().wait();
-                        }
-                        break;
-                    }
-                    // The monitor forwards SIGTERM to PID 1 and the daemon.
-                    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-                    signalled = true;
-                    deadline = Instant::now() + Duration::from_secs(2);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            std::fs::remove_dir_all(&dir).map_err(Error::io("remove the Sandbox state", &dir))?;
-            Ok(())
+            b.stop(&id, STOP_GRACE).map_err(backend_error)?;
+            b.delete(&id).map_err(backend_error)
         })
         .await
     }
 }
 
-fn create_native_min(spec: SandboxSpec) -> Result<Sandbox> {
-    if !rustix::process::geteuid().is_root() {
-        return Err(Error::invalid(
-            "the native Sandbox needs root (namespaces, FUSE mounts as root, cgroups)",
-            "run as root, or use rootless `strata run` for one command",
-        ));
-    }
-    if !Path::new("/dev/fuse").exists() {
-        return Err(Error::invalid(
-            "/dev/fuse is missing",
-            "load the fuse module (modprobe fuse)",
-        ));
-    }
-    let store = spec
-        .store
-        .canonicalize()
-        .map_err(Error::io("resolve the Store path", &spec.store))?;
-    if !store.join("strata.db").exists()
-        && std::fs::read_dir(&store)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(true)
-    {
-        return Err(Error::not_found(
-            format!("a Store at {}", store.display()),
-            "create one with Store::create first",
-        ));
-    }
-    let exe = match &spec.daemon_exe {
-        Some(p) => p.clone(),
-        None => std::env::current_exe()
-            .map_err(Error::io("find the current executable", "/proc/self/exe"))?,
-    };
-    let root = spec.state_dir.clone().unwrap_or_else(default_state_root);
-    if root.starts_with("/tmp") {
-        return Err(Error::invalid(
-            format!("state directory {} is under /tmp", root.display()),
-            "the Sandbox has a private /tmp and could not see it; use another directory",
-        ));
-    }
-    mkdir_private(&root)?;
-    // B1: name uniqueness under a lock of the state root.
-    let lock_path = root.join(".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(Error::io("open the state lock", &lock_path))?;
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| Error::io("lock", &lock_path)(e.into()))?;
-    if let Some(n) = &spec.name {
-        let ok = !n.is_empty()
-            && n.len() <= 64
-            && n.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !ok {
-            return Err(Error::invalid(
-                format!("Sandbox name {n:?}"),
-                "use 1-64 characters of [A-Za-z0-9._-]",
-            ));
-        }
-        if let Ok(rd) = std::fs::read_dir(&root) {
-            for e in rd.flatten() {
-                if let Ok(r) = read_record(&e.path()) {
-                    if r.name.as_deref() == Some(n.as_str()) {
-                        return Err(Error::Busy {
-                            what: format!("the name {n:?} (Sandbox {})", r.id),
-                            hint:
-                                "names are never adopted: pick another name or close that Sandbox"
-                                    .into(),
-                        });
-                    }
-                }
-            }
-        }
-    }
-    let id = format!("sb-{}", hex::encode(rand::random::<[u8; 12]>()));
-    let dir = root.join(&id);
-    mkdir_private(&dir)?;
-    let fail = |e: Error| {
-        let _ = std::fs::remove_dir_all(&dir);
-        e
-    };
-    let store_mnt = dir.join("store");
-    let scratch = dir.join("scratch");
-    let socket = dir.join("daemon.sock");
-    let log_file = dir.join("daemon.log");
-    let token_file = dir.join("token");
-    let cfg_path = dir.join("config.json");
-    let report = dir.join("report.json");
-    for d in [&store_mnt, &scratch] {
-        mkdir_private(d).map_err(fail)?;
-    }
-    // B3: token and config, both 0600.
-    let token = strata_daemon::new_token();
-    strata_daemon::write_token(&token_file, &token)
-        .map_err(|e| fail(Error::io("write the token", &token_file)(e)))?;
-    let default_mount = if Path::new("/workspace").is_dir() {
-        "/workspace".to_string()
-    } else {
-        "/tmp/workspace".to_string()
-    };
-    let mut dcfg = strata_daemon::DaemonConfig::new(
-        socket.clone(),
-        token_file.clone(),
-        log_file.clone(),
-        store_mnt.clone(),
-        scratch.clone(),
+fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
+    let backend = backend_at(spec.state_dir.clone())?;
+    let mut req = CreateRequest::new(spec.store.clone());
+    req.name = spec.name.clone();
+    req.labels = spec.labels.clone();
+    req.network = spec.network;
+    req.limits = spec.limits;
+    req.daemon_exe = spec.daemon_exe.clone();
+    let info = backend.create(&req).map_err(backend_error)?;
+    let id = info.id.clone();
+    let d = &info.daemon;
+    let mut cfg = strata_daemon::DaemonConfig::new(
+        d.socket.clone(),
+        d.token_file.clone(),
+        d.log_file.clone(),
+        d.store.clone(),
+        d.scratch_dir.clone(),
     );
-    dcfg.default_mount = Some(PathBuf::from(&default_mount));
-    dcfg.helper_exe = Some(exe.clone());
-    // The exec helper may fail after dropping to the command's uid and must
-    // still write its report: the state directory (0700) is out of its
-    // reach, the Sandbox's private /tmp is not. The daemon creates this
-    // directory (root, 0711) before any command runs.
-    dcfg.run_dir = Some(PathBuf::from("/tmp/.strata-execs"));
-    strata_daemon::write_private(
-        &cfg_path,
-        &serde_json::to_vec_pretty(&dcfg).expect("config serializes"),
-    )
-    .map_err(|e| fail(Error::io("write the daemon config", &cfg_path)(e)))?;
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_file)
-        .map_err(|e| fail(Error::io("create the log", &log_file)(e)))?;
-    // B2 + B4: the view and the daemon under a reaping init.
-    let cfg = strata_sandbox::SandboxConfig {
-        network: spec.network,
-        limits: spec.limits,
-        hostname: spec.name.clone().or_else(|| Some("strata".into())),
-        cgroup_name: Some(format!("strata-{id}")),
-        dev_fuse: true,
-        binds: vec![
-            strata_sandbox::BindMount {
-                source: dir.clone(),
-                target: dir.clone(),
-                readonly: false,
-            },
-            strata_sandbox::BindMount {
-                source: store.clone(),
-                target: store_mnt.clone(),
-                readonly: false,
-            },
+    cfg.helper_exe = Some(d.exe.clone());
+    cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
+    cfg.run_dir = Some(PathBuf::from(RUN_DIR));
+    let install = DaemonInstall {
+        args: vec![
+            strata_daemon::DAEMON_ARG.into(),
+            "--config".into(),
+            d.config.display().to_string(),
         ],
-        masked_paths: vec![store.clone()],
-        ..Default::default()
+        env: Vec::new(),
+        config: serde_json::to_vec_pretty(&cfg).expect("config serializes"),
     };
-    let argv = vec![
-        exe.clone().into_os_string(),
-        strata_daemon::DAEMON_ARG.into(),
-        "--config".into(),
-        cfg_path.clone().into_os_string(),
-    ];
-    let started = Instant::now();
-    let mut child =
-        strata_sandbox::SandboxCommand::privileged(cfg, argv, Vec::new(), PathBuf::from("/"))
-            .init_exe(&exe)
-            .report_path(&report)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .spawn()
-            .map_err(|e| {
-                fail(Error::backend(
-                    format!("sandbox {id}: start failed: {e}"),
-                    String::new(),
-                ))
-            })?;
-    // B5: the marker, bounded.
-    let stdout = child.child_mut().stdout.take().expect("piped");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let r = std::io::BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(r.map(|_| line));
-    });
-    let marker = match rx.recv_timeout(spec.startup_timeout) {
-        Ok(Ok(line)) if line.starts_with(strata_daemon::MARKER) => line.trim().to_string(),
-        other => {
-            let why = match other {
-                Ok(Ok(l)) if l.is_empty() => {
-                    "the daemon exited before its startup marker".to_string()
-                }
-                Ok(Ok(l)) => format!("unexpected first line {l:?}"),
-                Ok(Err(e)) => format!("reading its stdout: {e}"),
-                Err(_) => format!("no startup marker within {:?}", spec.startup_timeout),
-            };
-            let _ = child.signal(libc::SIGKILL);
-            let outcome = child.wait();
-            let tail = strata_daemon::tail_file(&log_file, 30).unwrap_or_default();
-            let _ = std::fs::remove_dir_all(&dir);
-            return Err(Error::backend(
-                format!("sandbox {id}: daemon start failed: {why} (init: {outcome:?})"),
-                tail,
-            ));
-        }
-    };
-    tracing::debug!(sandbox = %id, took = ?started.elapsed(), "daemon ready");
-    let record = SandboxRecord {
-        id: id.clone(),
-        backend: "native_min".into(),
-        name: spec.name.clone(),
-        labels: spec.labels.clone(),
-        created_ns: strata_store::now_ns(),
-        monitor_pid: child.id(),
-        socket,
-        token_file,
-        log_file,
-        report,
-        store,
-        daemon_exe: exe,
-        default_mount,
-        marker,
-        network: spec.network,
-        limits: spec.limits,
-    };
-    let rec_path = dir.join("sandbox.json");
-    strata_daemon::write_private(
-        &rec_path,
-        &serde_json::to_vec_pretty(&record).expect("record serializes"),
-    )
-    .map_err(Error::io("write the Sandbox record", &rec_path))?;
-    drop(lock);
-    CHILDREN
-        .lock()
-        .unwrap()
-        .get_or_insert_with(HashMap::new)
-        .insert(id.clone(), child);
-    Sandbox::from_dir(dir)
+    let started = backend
+        .install_daemon(&id, &install)
+        .and_then(|_| backend.start(&id, spec.startup_timeout));
+    if let Err(e) = started {
+        // Nothing of it keeps running; drop the record too.
+        let _ = backend.delete(&id);
+        return Err(backend_error(e));
+    }
+    let info = backend.open(&id).map_err(backend_error)?;
+    Sandbox::from_info(backend, info)
 }

@@ -167,7 +167,7 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
     // The Store is not reachable for commands: its host path is masked and
     // the daemon's copy sits under a 0700 root directory.
     let store_path = store.dir().display().to_string();
-    let state_dir = sb.record().socket.parent().unwrap().display().to_string();
+    let state_dir = sb.info().daemon.state_dir.display().to_string();
     let o = ws
         .exec([
             "sh".to_string(),
@@ -210,7 +210,7 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
 
     // Unauthorized with a wrong token.
     let bad = strata_sdk::DaemonClient::new(
-        sb.record().socket.clone(),
+        sb.info().daemon.socket.clone(),
         "0".repeat(64),
         "bad".into(),
         None,
@@ -272,14 +272,14 @@ async fn names_labels_and_unknown_ids(dir: &std::path::Path) {
     f.labels.insert("suite".into(), tag.clone());
     let l = Sandbox::list(f).await.unwrap();
     assert_eq!(l.len(), 1);
-    assert_eq!(l[0].id, sb.id());
+    assert_eq!(l[0].id.as_str(), sb.id());
     let l = Sandbox::list(SandboxFilter {
         name_prefix: Some("sdk-test-t".into()),
         ..Default::default()
     })
     .await
     .unwrap();
-    assert!(l.iter().any(|r| r.id == sb.id()));
+    assert!(l.iter().any(|r| r.id.as_str() == sb.id()));
     let e = Sandbox::open("sb-000000000000000000000000")
         .await
         .unwrap_err();
@@ -322,5 +322,5 @@ async fn reopen_exec_close_from_another_process(dir: &std::path::Path) {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from-first\n1500\n");
     // Closed by the other process: gone from the list.
     let l = Sandbox::list(SandboxFilter::default()).await.unwrap();
-    assert!(!l.iter().any(|r| r.id == id));
+    assert!(!l.iter().any(|r| r.id.as_str() == id));
 }
