@@ -414,3 +414,30 @@ fn live_group_members(pgid: i32) -> Vec<String> {
     }
     out
 }
+
+#[test]
+fn optional_loopback_tcp_needs_the_token_too() {
+    use std::io::{Read, Write};
+    let d = Daemon::start_with(Some(0));
+    let addr = d
+        .marker
+        .split(' ')
+        .find_map(|w| w.strip_prefix("tcp="))
+        .unwrap_or_else(|| panic!("no tcp= in the marker: {}", d.marker))
+        .to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let get = |auth: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            s,
+            "GET /v1/health HTTP/1.1\r\nHost: d\r\nConnection: close\r\n{auth}\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(get("").starts_with("HTTP/1.1 401"));
+    let ok = get(&format!("Authorization: Bearer {}\r\n", d.token));
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}

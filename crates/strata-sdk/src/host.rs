@@ -423,9 +423,9 @@ pub async fn unmount(
             let st = status(dirs, m).await?;
             if !st.changes.is_empty() {
                 return Err(Error::Busy {
-                    what: format!("workspace {} has {} uncommitted change(s)", m.workspace, st.changes.len()),
+                    what: format!("workspace {} ({} uncommitted change(s))", m.workspace, st.changes.len()),
                     hint: format!(
-                        "commit them with `strata ws commit {} -m MSG`, or pass --discard to drop them",
+                        "Commit them with `strata ws commit {} -m MSG`, or pass --discard to drop them",
                         m.workspace
                     ),
                 });
@@ -450,11 +450,11 @@ pub async fn unmount(
         if !discard && !st.status().map_err(ws_err)?.is_empty() {
             return Err(Error::Busy {
                 what: format!(
-                    "workspace {} (its daemon died) has uncommitted changes",
+                    "workspace {} (its daemon died; uncommitted changes kept)",
                     m.workspace
                 ),
                 hint: format!(
-                    "commit them with `strata ws commit {} --offline -m MSG`, or pass --discard",
+                    "Commit them with `strata ws commit {} --offline -m MSG`, or pass --discard",
                     m.workspace
                 ),
             });

@@ -57,6 +57,7 @@ fn main() {
     case!(conflict_carries_the_actual_head);
     case!(names_labels_and_unknown_ids);
     case!(reopen_exec_close_from_another_process);
+    case!(two_sandboxes_see_only_their_own_mounts);
     if failed > 0 {
         eprintln!("{failed} test(s) failed");
         std::process::exit(1);
@@ -323,4 +324,77 @@ async fn reopen_exec_close_from_another_process(dir: &std::path::Path) {
     // Closed by the other process: gone from the list.
     let l = Sandbox::list(SandboxFilter::default()).await.unwrap();
     assert!(!l.iter().any(|r| r.id.as_str() == id));
+}
+
+async fn two_sandboxes_see_only_their_own_mounts(dir: &std::path::Path) {
+    let store = store_with_project(dir, "e").await;
+    store.fork("p/main", "p/b").await.unwrap();
+    let a = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let b = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let wa = a.mount("p/main", None).await.unwrap();
+    let wb = b.mount("p/b", None).await.unwrap();
+    for (w, mine, other) in [(&wa, &wa, &wb), (&wb, &wb, &wa)] {
+        let o = w
+            .exec([
+                "sh",
+                "-c",
+                "echo in-$(hostname) > who; cat /proc/self/mounts",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(o.status.success(), "{}", o.stderr_str());
+        let mounts = o.stdout_str();
+        assert!(
+            mounts.contains(&format!("strata:{}", mine.id())),
+            "own mount missing: {mounts}"
+        );
+        assert!(
+            !mounts.contains(&format!("strata:{}", other.id())),
+            "other Sandbox's mount visible: {mounts}"
+        );
+    }
+    // The host sees neither Workspace.
+    let host = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(
+        !host.contains(&format!("strata:{}", wa.id()))
+            && !host.contains(&format!("strata:{}", wb.id())),
+        "{host}"
+    );
+    // A background process a command leaves behind is reaped by the
+    // Sandbox's init: no zombie in the Sandbox's PID namespace.
+    let o = wa
+        .exec(["sh", "-c", "sleep 0.2 & exit 0"])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success());
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let o = wa
+        .exec(["sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null"])
+        .output()
+        .await
+        .unwrap();
+    let zombies: Vec<_> = o
+        .stdout_str()
+        .lines()
+        .filter(|l| {
+            l.rsplit_once(')')
+                .map(|x| x.1.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
+        .map(String::from)
+        .collect();
+    assert!(zombies.is_empty(), "zombies in the Sandbox: {zombies:?}");
+    for (w, br) in [(&wa, "p/main"), (&wb, "p/b")] {
+        w.commit("who").await.unwrap();
+        let who = store.read_file(br, "who").await.unwrap();
+        assert!(String::from_utf8_lossy(&who).starts_with("in-"), "{who:?}");
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }

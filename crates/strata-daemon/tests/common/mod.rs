@@ -38,6 +38,11 @@ pub fn require_root() {
 impl Daemon {
     /// Store with project `p` (main: hello.txt, dir/a.txt), daemon started.
     pub fn start() -> Daemon {
+        Self::start_with(None)
+    }
+
+    /// With `tcp_port`, also serve on 127.0.0.1.
+    pub fn start_with(tcp_port: Option<u16>) -> Daemon {
         require_root();
         let tmp = tempfile::tempdir().expect("tempdir");
         // Commands (uid 1500) must reach the mount point under it.
@@ -70,6 +75,7 @@ impl Daemon {
         let mut cfg = cfg;
         // Reachable by uid 1500 (the helper writes its failure report there).
         cfg.run_dir = Some(tmp.path().join("run"));
+        cfg.tcp_port = tcp_port;
         let cfg_path = private.join("config.json");
         strata_daemon::write_private(&cfg_path, &serde_json::to_vec(&cfg).unwrap()).unwrap();
         let mut child = Command::new(DAEMON)
