@@ -100,6 +100,11 @@ pub enum Command {
     /// are committed with --commit, discarded otherwise. Exits with the
     /// command's status (a signal as 128+N); 125 if strata itself fails.
     Run(crate::run::RunArgs),
+    /// Mount a Workspace of a branch on the host (needs root); prints its ID.
+    Mount(crate::mount::MountArgs),
+    /// Status, commit and unmount of host-mounted Workspaces.
+    #[command(subcommand)]
+    Ws(crate::mount::WsCmd),
 }
 
 #[derive(Debug, Args)]

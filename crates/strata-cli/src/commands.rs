@@ -105,6 +105,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Gc => gc(&ctx)?,
         Command::Demo => return crate::demo::run(&ctx),
         Command::Run(a) => return crate::run::run(&ctx, a),
+        Command::Mount(a) => return crate::mount::mount(&ctx, a),
+        Command::Ws(c) => return crate::mount::ws(&ctx, c),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 mod cli;
 mod commands;
 mod demo;
+mod mount;
 mod output;
 mod progress;
 mod read;
@@ -22,6 +23,9 @@ fn main() -> ExitCode {
     // First, before anything can start a thread: `strata run` re-executes
     // this binary as its single-threaded rootless helper.
     strata_rootless::maybe_run_internal();
+    // `strata mount` and Sandboxes re-execute it as the daemon, the Sandbox
+    // init and the exec helper (one program, several roles).
+    strata_sdk::maybe_run_internal();
     // Usage errors (unknown flags, missing arguments) exit 2 inside clap.
     let cli = cli::Cli::parse();
     match commands::run(cli) {

@@ -72,7 +72,12 @@ pub struct HostMount {
 impl HostMount {
     /// Whether its serving daemon is still alive.
     pub fn alive(&self) -> bool {
-        Path::new(&format!("/proc/{}", self.pid)).exists() && self.socket.exists()
+        // A killed daemon may linger as a zombie until whoever adopted it
+        // reaps it, so a /proc entry is not enough: the socket must answer.
+        let zombie = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .map(|s| s.contains("State:\tZ"))
+            .unwrap_or(true);
+        !zombie && std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
     }
 
     fn client(&self) -> Result<DaemonClient> {
