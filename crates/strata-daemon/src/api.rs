@@ -19,6 +19,7 @@ pub struct Health {
     pub status: String,
     /// The daemon's pid (in its own PID namespace).
     pub pid: u32,
+    /// Daemon version.
     pub version: String,
     /// Mounted Workspaces.
     pub workspaces: usize,
@@ -42,6 +43,7 @@ pub struct MountRequest {
 /// A mounted Workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceInfo {
+    /// The ID.
     pub id: String,
     /// Where it is mounted (inside the Sandbox).
     pub path: String,
@@ -66,14 +68,18 @@ pub struct ChangeEntry {
 /// `GET /v1/workspaces/{id}/status`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusResponse {
+    /// The ID.
     pub id: String,
+    /// The base commit (hex).
     pub base: String,
+    /// Changed paths, sorted.
     pub changes: Vec<ChangeEntry>,
 }
 
 /// `POST /v1/workspaces/{id}/commit`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitRequest {
+    /// The message.
     pub message: String,
 }
 
@@ -84,6 +90,7 @@ pub struct CommitResponse {
     pub outcome: String,
     /// The new head (committed) or the unchanged base (up_to_date), hex.
     pub commit: String,
+    /// `PROJECT/BRANCH`.
     pub branch: String,
 }
 
@@ -100,7 +107,9 @@ pub struct UnmountRequest {
 /// Result of an unmount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnmountResponse {
+    /// The ID.
     pub id: String,
+    /// Whether the uncommitted changes were dropped.
     pub discarded: bool,
 }
 
@@ -143,6 +152,7 @@ pub struct ExecRequest {
 /// Result of `POST /v1/execs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecCreated {
+    /// The ID.
     pub id: String,
     /// pid of the command (also its process group id).
     pub pid: u32,
@@ -174,7 +184,9 @@ pub struct ExitInfo {
 pub struct ExecFailure {
     /// Where it failed (e.g. `exec`, `execve`, `chdir`, `seccomp`).
     pub stage: String,
+    /// The message.
     pub message: String,
+    /// errno, when an OS call failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errno: Option<i32>,
     /// Symbolic errno, e.g. `ENOENT`.
@@ -185,15 +197,21 @@ pub struct ExecFailure {
 /// `GET /v1/execs/{id}`, `GET /v1/execs/{id}/wait`, cancel result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecStatus {
+    /// The ID.
     pub id: String,
+    /// pid (= process group) of the command.
     pub pid: u32,
     /// `running`, `exited` (see `exit`) or `failed` (see `failure`).
     pub state: String,
+    /// How it ended (state `exited`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
+    /// Why it never ran (state `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<ExecFailure>,
+    /// argv as requested.
     pub argv: Vec<String>,
+    /// The Workspace it runs in.
     pub workspace: Option<String>,
     /// Milliseconds since the exec started (or its total run time).
     pub elapsed_ms: u64,
@@ -210,6 +228,7 @@ pub struct CancelRequest {
 /// `POST /v1/execs/{id}/stdin` result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StdinWritten {
+    /// Bytes written.
     pub written: usize,
 }
 
@@ -221,22 +240,33 @@ pub struct StdinWritten {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Frame {
+    /// Bytes the command wrote to stdout.
     Stdout {
+        /// Frame number, from 0, across both streams.
         seq: u64,
         /// The bytes, base64 (standard alphabet): lossless.
         data: String,
     },
+    /// Bytes the command wrote to stderr.
     Stderr {
+        /// Frame number, from 0, across both streams.
         seq: u64,
+        /// The bytes, base64 (standard alphabet).
         data: String,
     },
+    /// The final frame: how the command ended.
     Exit {
+        /// Frame number, from 0, across both streams.
         seq: u64,
+        /// How it ended.
         #[serde(flatten)]
         exit: ExitInfo,
     },
+    /// The final frame: the command never ran.
     Error {
+        /// Frame number, from 0, across both streams.
         seq: u64,
+        /// Why it never ran.
         #[serde(flatten)]
         failure: ExecFailure,
     },
@@ -245,6 +275,7 @@ pub enum Frame {
 /// The body of every error response: `{"error": {...}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
+    /// What failed.
     pub error: ErrorDetail,
 }
 

@@ -16,50 +16,86 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// The named thing (Sandbox, Workspace, exec, branch, file) does not exist.
     #[error("{what} not found. {hint}")]
-    NotFound { what: String, hint: String },
+    NotFound {
+        /// What was looked for.
+        what: String,
+        /// What to do.
+        hint: String,
+    },
 
     /// A commit lost a race: the branch head moved to `actual_head`.
     #[error("{what}: the branch head is now {actual_head}. {hint}")]
     Conflict {
+        /// Which commit lost.
         what: String,
+        /// The head that won the race (hex commit id).
         actual_head: String,
+        /// What to do (continue from `actual_head`).
         hint: String,
     },
 
     /// Something is in use (a lock, a mount path, an attached stream);
     /// retrying later may work.
     #[error("{what} is busy. {hint}")]
-    Busy { what: String, hint: String },
+    Busy {
+        /// What is busy.
+        what: String,
+        /// What to do.
+        hint: String,
+    },
 
     /// The daemon refused the bearer token.
     #[error("the daemon of {what} refused our token (401). {hint}")]
-    Unauthorized { what: String, hint: String },
+    Unauthorized {
+        /// Which Sandbox/daemon.
+        what: String,
+        /// What to do.
+        hint: String,
+    },
 
     /// The request was refused before anything ran.
     #[error("invalid input: {what}. {hint}")]
-    InvalidInput { what: String, hint: String },
+    InvalidInput {
+        /// What was wrong.
+        what: String,
+        /// How to fix it.
+        hint: String,
+    },
 
     /// The backend (Sandbox, daemon) failed; `log_tail` is the end of the
     /// daemon's log.
     #[error("{what}\n--- daemon log tail ---\n{log_tail}")]
-    Backend { what: String, log_tail: String },
+    Backend {
+        /// What failed.
+        what: String,
+        /// The last lines of the daemon's log.
+        log_tail: String,
+    },
 
     /// The command of an exec never ran (e.g. ENOENT: the program is not in
     /// the Sandbox). Never reported as a made-up exit status.
     #[error("exec {exec_id}: {stage} failed: {message} ({}). Check argv[0] exists in the Sandbox and is executable by the command's uid", errno_name.as_deref().unwrap_or("no errno"))]
     ExecFailed {
+        /// The exec ID.
         exec_id: String,
+        /// Where it failed (`exec`, `execve`, `chdir`, `seccomp`...).
         stage: String,
+        /// The helper's message.
         message: String,
+        /// The errno, e.g. 2.
         errno: Option<i32>,
+        /// Its name, e.g. `ENOENT`.
         errno_name: Option<String>,
     },
 
     /// A local I/O error (state directory, socket).
     #[error("could not {what} {path}: {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// To what.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },

@@ -53,8 +53,11 @@ impl ExitStatus {
 pub struct Output {
     /// The exec ID the daemon gave it.
     pub exec_id: String,
+    /// Everything the command wrote to stdout.
     pub stdout: Vec<u8>,
+    /// Everything the command wrote to stderr.
     pub stderr: Vec<u8>,
+    /// How it ended.
     pub status: ExitStatus,
 }
 

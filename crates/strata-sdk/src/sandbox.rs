@@ -50,6 +50,7 @@ pub struct SandboxSpec {
     /// Unique among existing Sandboxes; an existing name is refused
     /// ([`Error::Busy`]), never adopted.
     pub name: Option<String>,
+    /// Labels, for [`Sandbox::list`].
     pub labels: BTreeMap<String, String>,
     /// `None` (loopback only, the default) or `Host`.
     pub network: Network,
@@ -105,7 +106,9 @@ pub struct SandboxFilter {
 /// Where a Sandbox is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxState {
+    /// The daemon answers.
     Running,
+    /// The daemon is gone (stopped, crashed, or never got ready).
     Stopped,
 }
 
