@@ -143,6 +143,12 @@ pub struct ExecRequest {
     /// is also true (the pipe stays open for more writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin_data: Option<String>,
+    /// PTY mode for interactive programs: stdin, stdout and stderr are one
+    /// pseudo-terminal (the command's controlling terminal, in a session of
+    /// its own); all output arrives as `stdout` frames; stdin writes go to
+    /// the terminal (closing stdin sends EOF, ^D).
+    #[serde(default)]
+    pub tty: bool,
     /// Cancel (SIGTERM, then SIGKILL after the grace period) after this
     /// many milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

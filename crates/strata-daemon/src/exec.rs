@@ -19,6 +19,8 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -68,12 +70,12 @@ struct Inner {
 }
 
 /// One exec.
-#[derive(Debug)]
 pub struct Exec {
     pub id: String,
     pub pid: u32,
     pub argv: Vec<String>,
     pub workspace: Option<String>,
+    tty: bool,
     started: Instant,
     bound: usize,
     inner: Mutex<Inner>,
@@ -83,8 +85,38 @@ pub struct Exec {
     space: Notify,
     /// Woken when the exec ends.
     done: Notify,
-    stdin: Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>,
+    #[allow(clippy::type_complexity)]
+    stdin: Arc<tokio::sync::Mutex<Option<Writer>>>,
     kill_sent: AtomicBool,
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
+/// A pseudo-terminal pair: (master, slave), both close-on-exec (the slave
+/// is dup'ed onto the command's 0/1/2 by the spawn).
+fn open_pty() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let name = ptsname(&master, Vec::new())?;
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(std::ffi::OsStr::from_bytes(name.as_bytes()))?;
+    Ok((std::fs::File::from(master), slave))
+}
+
+impl std::fmt::Debug for Exec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exec")
+            .field("id", &self.id)
+            .field("pid", &self.pid)
+            .field("argv", &self.argv)
+            .finish()
+    }
 }
 
 /// What to run, validated by the caller.
@@ -98,6 +130,7 @@ pub(crate) struct Launch {
     pub report: PathBuf,
     pub stdin_pipe: bool,
     pub stdin_data: Option<Vec<u8>>,
+    pub tty: bool,
     pub timeout: Option<Duration>,
     pub workspace: Option<String>,
     pub bound: usize,
@@ -123,37 +156,73 @@ impl Exec {
             cwd: l.cwd,
             identity: l.identity,
             rlimits: Vec::new(),
-            // The process group is made by posix_spawn (below), before the
-            // helper runs: then the pgid is the pid from the first instant.
-            session: strata_sandbox::Session::Inherit,
+            // Pipes: the process group is made by posix_spawn (below),
+            // before the helper runs, so the pgid is the pid from the first
+            // instant. PTY: the helper calls setsid (a new session and
+            // group, pgid = pid) and takes the terminal as controlling tty.
+            session: if l.tty {
+                strata_sandbox::Session::NewSessionWithTty
+            } else {
+                strata_sandbox::Session::Inherit
+            },
         };
         let mut std_cmd =
             strata_sandbox::exec_helper_command(&l.helper_exe, &spec, Some(&l.report))
                 .map_err(|e| LaunchError::Spec(e.to_string()))?;
-        std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        let want_stdin = l.stdin_pipe || l.stdin_data.is_some();
-        cmd.stdin(if want_stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(false);
-        let mut child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+        let spawn_err = |source| LaunchError::Spawn {
             exe: l.helper_exe.clone(),
             source,
-        })?;
+        };
+        let want_stdin = l.stdin_pipe || l.stdin_data.is_some();
+        let mut master: Option<std::fs::File> = None;
+        if l.tty {
+            let (m, slave) = open_pty().map_err(spawn_err)?;
+            let s2 = slave.try_clone().map_err(spawn_err)?;
+            let s3 = slave.try_clone().map_err(spawn_err)?;
+            std_cmd
+                .stdin(Stdio::from(slave))
+                .stdout(Stdio::from(s2))
+                .stderr(Stdio::from(s3));
+            master = Some(m);
+        } else {
+            std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
+            std_cmd
+                .stdin(if want_stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.kill_on_drop(false);
+        let mut child = cmd.spawn().map_err(spawn_err)?;
+        // Our copies of the slave go with `cmd`: the master then reads EOF
+        // (EIO) once the command's side is closed.
+        drop(cmd);
         let pid = child.id().unwrap_or(0);
-        let stdout = child.stdout.take().expect("piped");
-        let stderr = child.stderr.take().expect("piped");
-        let stdin = child.stdin.take();
+        let (stdout, stderr, stdin): (Reader, Option<Reader>, Option<Writer>) = match master {
+            Some(m) => {
+                let w = m.try_clone().map_err(spawn_err)?;
+                (
+                    Box::new(tokio::fs::File::from_std(m)),
+                    None,
+                    Some(Box::new(tokio::fs::File::from_std(w))),
+                )
+            }
+            None => (
+                Box::new(child.stdout.take().expect("piped")),
+                Some(Box::new(child.stderr.take().expect("piped"))),
+                child.stdin.take().map(|s| Box::new(s) as Writer),
+            ),
+        };
         let exec = Arc::new(Exec {
             id: l.id,
             pid,
             argv: l.argv,
             workspace: l.workspace,
+            tty: l.tty,
             started: Instant::now(),
             bound: l.bound.max(CHUNK),
             inner: Mutex::new(Inner::default()),
@@ -186,8 +255,13 @@ impl Exec {
                 None => *guard = Some(s),
             }
         }
+        let exec2 = exec.clone();
         let r1 = tokio::spawn(read_pipe(exec.clone(), stdout, 1));
-        let r2 = tokio::spawn(read_pipe(exec.clone(), stderr, 2));
+        let r2 = tokio::spawn(async move {
+            if let Some(e) = stderr {
+                read_pipe(exec2, e, 2).await
+            }
+        });
         let e = exec.clone();
         let report = l.report;
         let timeout = l.timeout;
@@ -293,7 +367,13 @@ impl Exec {
         }
         // SAFETY: kill(2) with a negative pid signals a process group; no
         // memory is involved.
-        let r = unsafe { libc::kill(-(self.pid as i32), sig) };
+        let mut r = unsafe { libc::kill(-(self.pid as i32), sig) };
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            // PTY mode, before the helper's setsid made the group: the
+            // process itself.
+            // SAFETY: as above, one pid.
+            r = unsafe { libc::kill(self.pid as i32, sig) };
+        }
         if r != 0 {
             // The group may be gone already (ESRCH): nothing to do.
             tracing::debug!(exec = %self.id, sig, err = %std::io::Error::last_os_error(), "kill group");
@@ -382,11 +462,17 @@ impl Exec {
         Ok(data.len())
     }
 
-    /// Close stdin (the command reads EOF). Idempotent.
+    /// Close stdin (the command reads EOF). Idempotent. In PTY mode the
+    /// terminal stays open and EOF is the terminal's EOF character (^D).
     pub async fn close_stdin(&self) {
         let mut g = self.stdin.lock().await;
         if let Some(mut s) = g.take() {
-            let _ = s.shutdown().await;
+            if self.tty {
+                let _ = s.write_all(b"\x04").await;
+                let _ = s.flush().await;
+            } else {
+                let _ = s.shutdown().await;
+            }
         }
     }
 

@@ -486,6 +486,7 @@ async fn exec_create(
         report: report_dir.join("failure.json"),
         stdin_pipe: req.stdin,
         stdin_data,
+        tty: req.tty,
         timeout: req.timeout_ms.map(Duration::from_millis),
         workspace: Some(ws_id),
         bound: st

@@ -441,3 +441,30 @@ fn optional_loopback_tcp_needs_the_token_too() {
     let ok = get(&format!("Authorization: Bearer {}\r\n", d.token));
     assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
 }
+
+#[test]
+fn pty_mode_gives_a_controlling_terminal() {
+    let d = Daemon::start();
+    d.mount("t");
+    let id = d.exec(serde_json::json!({
+        "argv": ["sh", "-c", "test -t 0 && test -t 1 && echo isatty; tty; read x; echo got:$x; id -u"],
+        "tty": true,
+        "stdin": true,
+    }));
+    let r = d.req_bytes("POST", &format!("/v1/execs/{id}/stdin"), b"abc\n");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let o = d.output(&id);
+    let out = o.out();
+    assert_eq!(o.code(), Some(0), "{out}");
+    assert!(out.contains("isatty"), "{out}");
+    assert!(out.contains("/dev/pts/"), "{out}");
+    assert!(out.contains("got:abc"), "{out}");
+    assert!(out.contains("1500"), "{out}");
+    // Cancel works on a PTY exec too (its own session and group).
+    let id = d.exec(serde_json::json!({"argv": ["sleep", "1000"], "tty": true}));
+    std::thread::sleep(Duration::from_millis(100));
+    let v = d
+        .req("POST", &format!("/v1/execs/{id}/cancel"), None)
+        .json();
+    assert!(v["exit"]["signal"].as_i64().is_some(), "{v}");
+}

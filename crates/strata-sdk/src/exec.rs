@@ -116,6 +116,13 @@ impl ExecBuilder {
         self.req.stdin = true;
         self
     }
+    /// PTY mode: stdin, stdout and stderr are one pseudo-terminal (the
+    /// command's controlling terminal); all output comes on stdout;
+    /// closing stdin sends the terminal's EOF (^D).
+    pub fn tty(mut self) -> Self {
+        self.req.tty = true;
+        self
+    }
     /// Cancel after this long (SIGTERM, SIGKILL after a grace period).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.req.timeout_ms = Some(t.as_millis() as u64);

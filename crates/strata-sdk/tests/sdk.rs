@@ -152,6 +152,15 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
     let e = sb.mount("p/nope", Some("/tmp/other")).await.unwrap_err();
     assert!(matches!(&e, Error::NotFound { .. }), "{e:?}");
 
+    // PTY mode.
+    let o = ws
+        .exec(["sh", "-c", "test -t 0 && echo tty-ok"])
+        .tty()
+        .output()
+        .await
+        .unwrap();
+    assert!(o.stdout_str().contains("tty-ok"), "{:?}", o.stdout_str());
+
     // Timeout.
     let o = ws
         .exec(["sleep", "1000"])
