@@ -215,8 +215,26 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
     }
     let o = ws.exec(["unshare", "-U", "true"]).output().await.unwrap();
     assert!(!o.status.success(), "unshare -U succeeded");
-    let o = ws.exec(["umount", "-l", ws.path()]).output().await.unwrap();
-    assert!(!o.status.success(), "umount succeeded");
+    for argv in [
+        vec!["umount", ws.path()],
+        vec!["umount", "-l", ws.path()],
+        vec!["fusermount3", "-u", ws.path()],
+        vec!["unshare", "-Urm", "true"],
+    ] {
+        match ws.exec(argv.clone()).output().await {
+            Ok(o) => assert!(!o.status.success(), "{argv:?} succeeded"),
+            // A tool missing from the host root is not a success either.
+            Err(Error::ExecFailed { errno: Some(2), .. }) => {}
+            Err(e) => panic!("{argv:?}: {e}"),
+        }
+    }
+    // The Workspace is still mounted and usable after those attempts.
+    let o = ws
+        .exec(["sh", "-c", "echo still > still"])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", o.stderr_str());
 
     // Unauthorized with a wrong token.
     let bad = strata_sdk::DaemonClient::new(
