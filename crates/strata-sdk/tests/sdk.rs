@@ -58,6 +58,7 @@ fn main() {
     case!(names_labels_and_unknown_ids);
     case!(reopen_exec_close_from_another_process);
     case!(two_sandboxes_see_only_their_own_mounts);
+    case!(a_dead_daemon_is_an_error_with_the_log_tail);
     if failed > 0 {
         eprintln!("{failed} test(s) failed");
         std::process::exit(1);
@@ -424,4 +425,52 @@ async fn two_sandboxes_see_only_their_own_mounts(dir: &std::path::Path) {
     }
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
+    let store = store_with_project(dir, "f").await;
+    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
+        .await
+        .unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+    let monitor: i32 = sb
+        .info()
+        .handle
+        .as_deref()
+        .and_then(|h| {
+            h.split(|c: char| !c.is_ascii_digit())
+                .find(|p| !p.is_empty())
+        })
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no monitor pid in {:?}", sb.info().handle));
+    // SAFETY: SIGKILL to the Sandbox's monitor (its PID 1 and the daemon
+    // die with it).
+    unsafe { libc::kill(monitor, libc::SIGKILL) };
+    let t = std::time::Instant::now();
+    loop {
+        if sb.state().await == strata_sdk::SandboxState::Stopped {
+            break;
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "still running"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let t = std::time::Instant::now();
+    let e = tokio::time::timeout(std::time::Duration::from_secs(5), ws.status())
+        .await
+        .expect("a dead daemon must not hang the caller")
+        .unwrap_err();
+    assert!(t.elapsed() < std::time::Duration::from_secs(2));
+    match &e {
+        Error::Backend { log_tail, .. } => {
+            assert!(
+                log_tail.contains("STRATA-DAEMON-READY"),
+                "log tail: {log_tail}"
+            )
+        }
+        other => panic!("expected Backend with the log tail, got {other:?}"),
+    }
+    sb.close().await.unwrap();
 }
