@@ -69,7 +69,10 @@ pub async fn flow(dir: &std::path::Path) -> strata_sdk::Result<Vec<Step>> {
     lap(&mut steps, "fork a branch", "demo/agent".into());
 
     // (4) create a Sandbox.
-    let sb = Sandbox::create(SandboxSpec::new(store.dir()).label("flow", "1")).await?;
+    let sb = Sandbox::create(
+        SandboxSpec::new(store.dir()).label("flow-run", std::process::id().to_string()),
+    )
+    .await?;
     lap(&mut steps, "create a Sandbox", sb.id().to_string());
 
     // (5) mount the branch.

@@ -15,9 +15,21 @@ fn main() {
     );
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = tempfile::tempdir().expect("tempdir");
-    let steps = rt
-        .block_on(flow_example::flow(tmp.path()))
-        .unwrap_or_else(|e| panic!("flow failed: {e}"));
+    let result = rt.block_on(flow_example::flow(tmp.path()));
+    if result.is_err() {
+        // Close the Sandbox a failed step left running.
+        rt.block_on(async {
+            let mut f = strata_sdk::SandboxFilter::default();
+            f.labels
+                .insert("flow-run".into(), std::process::id().to_string());
+            for info in strata_sdk::Sandbox::list(f).await.unwrap_or_default() {
+                if let Ok(sb) = strata_sdk::Sandbox::open(info.id.as_str()).await {
+                    let _ = sb.close().await;
+                }
+            }
+        });
+    }
+    let steps = result.unwrap_or_else(|e| panic!("flow failed: {e}"));
     assert_eq!(steps.len(), 15);
     let total = flow_example::print_table(&steps);
     println!("flow: 15 calls ok in {:.1} ms", total.as_secs_f64() * 1e3);

@@ -59,10 +59,28 @@ fn main() {
     case!(reopen_exec_close_from_another_process);
     case!(two_sandboxes_see_only_their_own_mounts);
     case!(a_dead_daemon_is_an_error_with_the_log_tail);
+    // Close what failed tests left running.
+    rt.block_on(async {
+        let mut f = SandboxFilter::default();
+        f.labels
+            .insert("sdk-test-run".into(), std::process::id().to_string());
+        for info in Sandbox::list(f).await.unwrap_or_default() {
+            if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
+                eprintln!("closing leftover Sandbox {}", sb.id());
+                let _ = sb.close().await;
+            }
+        }
+    });
     if failed > 0 {
         eprintln!("{failed} test(s) failed");
         std::process::exit(1);
     }
+}
+
+/// Every Sandbox of this run carries this label, so that the ones a failed
+/// test leaves behind are closed at the end.
+fn spec(store: &Store) -> SandboxSpec {
+    SandboxSpec::new(store.dir()).label("sdk-test-run", std::process::id().to_string())
 }
 
 async fn store_with_project(dir: &std::path::Path, name: &str) -> Store {
@@ -78,9 +96,7 @@ async fn store_with_project(dir: &std::path::Path, name: &str) -> Store {
 
 async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
     let store = store_with_project(dir, "a").await;
-    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
     let ws = sb.mount("p/main", None).await.unwrap();
 
     // spawn: stdin writer, separate ordered streams, drop of stdin = EOF.
@@ -256,9 +272,7 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
 
 async fn conflict_carries_the_actual_head(dir: &std::path::Path) {
     let store = store_with_project(dir, "b").await;
-    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
     let w1 = sb.mount("p/main", Some("/tmp/w1")).await.unwrap();
     let w2 = sb.mount("p/main", Some("/tmp/w2")).await.unwrap();
     for w in [&w1, &w2] {
@@ -286,16 +300,10 @@ async fn names_labels_and_unknown_ids(dir: &std::path::Path) {
     let store = store_with_project(dir, "c").await;
     let tag = format!("t{:x}", rand::random::<u32>());
     let name = format!("sdk-test-{tag}");
-    let sb = Sandbox::create(
-        SandboxSpec::new(store.dir())
-            .name(&name)
-            .label("suite", &tag),
-    )
-    .await
-    .unwrap();
-    let e = Sandbox::create(SandboxSpec::new(store.dir()).name(&name))
+    let sb = Sandbox::create(spec(&store).name(&name).label("suite", &tag))
         .await
-        .unwrap_err();
+        .unwrap();
+    let e = Sandbox::create(spec(&store).name(&name)).await.unwrap_err();
     assert!(matches!(e, Error::Busy { .. }), "name reuse: {e:?}");
     let mut f = SandboxFilter::default();
     f.labels.insert("suite".into(), tag.clone());
@@ -325,9 +333,7 @@ async fn names_labels_and_unknown_ids(dir: &std::path::Path) {
 
 async fn reopen_exec_close_from_another_process(dir: &std::path::Path) {
     let store = store_with_project(dir, "d").await;
-    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
     let ws = sb.mount("p/main", None).await.unwrap();
     let o = ws
         .exec(["sh", "-c", "echo from-first > mark"])
@@ -357,12 +363,8 @@ async fn reopen_exec_close_from_another_process(dir: &std::path::Path) {
 async fn two_sandboxes_see_only_their_own_mounts(dir: &std::path::Path) {
     let store = store_with_project(dir, "e").await;
     store.fork("p/main", "p/b").await.unwrap();
-    let a = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
-    let b = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
+    let a = Sandbox::create(spec(&store)).await.unwrap();
+    let b = Sandbox::create(spec(&store)).await.unwrap();
     let wa = a.mount("p/main", None).await.unwrap();
     let wb = b.mount("p/b", None).await.unwrap();
     for (w, mine, other) in [(&wa, &wa, &wb), (&wb, &wb, &wa)] {
@@ -429,9 +431,7 @@ async fn two_sandboxes_see_only_their_own_mounts(dir: &std::path::Path) {
 
 async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
     let store = store_with_project(dir, "f").await;
-    let sb = Sandbox::create(SandboxSpec::new(store.dir()))
-        .await
-        .unwrap();
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
     let ws = sb.mount("p/main", None).await.unwrap();
     let monitor: i32 = sb
         .info()
