@@ -116,7 +116,7 @@ pub struct UnmountResponse {
 /// `POST /v1/execs`: run one command (no shell).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecRequest {
-    /// argv; argv[0] is a path or a name looked up in PATH. No NUL bytes;
+    /// argv; `argv[0]` is a path or a name looked up in PATH. No NUL bytes;
     /// at most 1 MiB with env.
     pub argv: Vec<String>,
     /// The command's whole environment (nothing is inherited from the
