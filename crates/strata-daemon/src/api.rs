@@ -149,6 +149,10 @@ pub struct ExecRequest {
     /// the terminal (closing stdin sends EOF, ^D).
     #[serde(default)]
     pub tty: bool,
+    /// Terminal size `[rows, cols]` in PTY mode (default `[24, 80]`);
+    /// change it later with `POST /v1/execs/{id}/resize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tty_size: Option<[u16; 2]>,
     /// Cancel (SIGTERM, then SIGKILL after the grace period) after this
     /// many milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -229,6 +233,16 @@ pub struct CancelRequest {
     /// Milliseconds between SIGTERM and SIGKILL (default 2000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grace_ms: Option<u64>,
+}
+
+/// `POST /v1/execs/{id}/resize`: new terminal size of a PTY exec (the
+/// command's foreground process group gets SIGWINCH from the kernel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeRequest {
+    /// Rows.
+    pub rows: u16,
+    /// Columns.
+    pub cols: u16,
 }
 
 /// `POST /v1/execs/{id}/stdin` result.

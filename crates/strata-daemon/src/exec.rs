@@ -76,6 +76,8 @@ pub struct Exec {
     pub argv: Vec<String>,
     pub workspace: Option<String>,
     tty: bool,
+    /// The PTY master (a dup), for resizes.
+    pty: Option<std::fs::File>,
     started: Instant,
     bound: usize,
     inner: Mutex<Inner>,
@@ -119,6 +121,20 @@ impl std::fmt::Debug for Exec {
     }
 }
 
+/// Set a terminal's size.
+fn set_winsize(fd: &std::fs::File, rows: u16, cols: u16) -> std::io::Result<()> {
+    rustix::termios::tcsetwinsize(
+        fd,
+        rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )?;
+    Ok(())
+}
+
 /// What to run, validated by the caller.
 pub(crate) struct Launch {
     pub id: String,
@@ -131,6 +147,7 @@ pub(crate) struct Launch {
     pub stdin_pipe: bool,
     pub stdin_data: Option<Vec<u8>>,
     pub tty: bool,
+    pub tty_size: Option<[u16; 2]>,
     pub timeout: Option<Duration>,
     pub workspace: Option<String>,
     pub bound: usize,
@@ -177,6 +194,8 @@ impl Exec {
         let mut master: Option<std::fs::File> = None;
         if l.tty {
             let (m, slave) = open_pty().map_err(spawn_err)?;
+            let [rows, cols] = l.tty_size.unwrap_or([24, 80]);
+            set_winsize(&m, rows, cols).map_err(spawn_err)?;
             let s2 = slave.try_clone().map_err(spawn_err)?;
             let s3 = slave.try_clone().map_err(spawn_err)?;
             std_cmd
@@ -202,6 +221,10 @@ impl Exec {
         // (EIO) once the command's side is closed.
         drop(cmd);
         let pid = child.id().unwrap_or(0);
+        let pty = match &master {
+            Some(m) => Some(m.try_clone().map_err(spawn_err)?),
+            None => None,
+        };
         let (stdout, stderr, stdin): (Reader, Option<Reader>, Option<Writer>) = match master {
             Some(m) => {
                 let w = m.try_clone().map_err(spawn_err)?;
@@ -223,6 +246,7 @@ impl Exec {
             argv: l.argv,
             workspace: l.workspace,
             tty: l.tty,
+            pty,
             started: Instant::now(),
             bound: l.bound.max(CHUNK),
             inner: Mutex::new(Inner::default()),
@@ -473,6 +497,14 @@ impl Exec {
             } else {
                 let _ = s.shutdown().await;
             }
+        }
+    }
+
+    /// Resize the terminal of a PTY exec; `false` if it has none.
+    pub fn resize(&self, rows: u16, cols: u16) -> std::io::Result<bool> {
+        match &self.pty {
+            Some(m) => set_winsize(m, rows, cols).map(|_| true),
+            None => Ok(false),
         }
     }
 

@@ -62,6 +62,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/execs/{id}/stdin", post(exec_stdin))
         .route("/v1/execs/{id}/stdin/close", post(exec_stdin_close))
         .route("/v1/execs/{id}/cancel", post(exec_cancel))
+        .route("/v1/execs/{id}/resize", post(exec_resize))
         .route("/v1/logs", get(logs))
         .route("/v1/shutdown", post(shutdown))
         .fallback(|| async {
@@ -487,6 +488,7 @@ async fn exec_create(
         stdin_pipe: req.stdin,
         stdin_data,
         tty: req.tty,
+        tty_size: req.tty_size,
         timeout: req.timeout_ms.map(Duration::from_millis),
         workspace: Some(ws_id),
         bound: st
@@ -622,6 +624,26 @@ async fn exec_cancel(
         .map(Duration::from_millis)
         .unwrap_or(crate::exec::DEFAULT_GRACE);
     Ok(Json(e.cancel(grace).await))
+}
+
+async fn exec_resize(
+    State(st): St,
+    UrlPath(id): UrlPath<String>,
+    Json(req): Json<api::ResizeRequest>,
+) -> AppResult<Json<api::ExecStatus>> {
+    let e = find_exec(&st, &id)?;
+    if req.rows == 0 || req.cols == 0 {
+        return Err(ApiError::invalid("rows and cols must be at least 1"));
+    }
+    match e.resize(req.rows, req.cols) {
+        Ok(true) => Ok(Json(e.status())),
+        Ok(false) => Err(ApiError::invalid(format!(
+            "exec {id} has no terminal (it was not started with \"tty\": true)"
+        ))),
+        Err(err) => Err(ApiError::internal(format!(
+            "resizing the terminal of {id}: {err}"
+        ))),
+    }
 }
 
 #[derive(Deserialize)]

@@ -447,10 +447,18 @@ fn pty_mode_gives_a_controlling_terminal() {
     let d = Daemon::start();
     d.mount("t");
     let id = d.exec(serde_json::json!({
-        "argv": ["sh", "-c", "test -t 0 && test -t 1 && echo isatty; tty; read x; echo got:$x; id -u"],
+        "argv": ["sh", "-c", "test -t 0 && test -t 1 && echo isatty; tty; stty size; read x; stty size; echo got:$x; id -u"],
         "tty": true,
+        "tty_size": [30, 100],
         "stdin": true,
     }));
+    std::thread::sleep(Duration::from_millis(300));
+    let r = d.req(
+        "POST",
+        &format!("/v1/execs/{id}/resize"),
+        Some(&serde_json::json!({"rows": 40, "cols": 120})),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
     let r = d.req_bytes("POST", &format!("/v1/execs/{id}/stdin"), b"abc\n");
     assert_eq!(r.status, 200, "{}", r.text());
     let o = d.output(&id);
@@ -459,6 +467,8 @@ fn pty_mode_gives_a_controlling_terminal() {
     assert!(out.contains("isatty"), "{out}");
     assert!(out.contains("/dev/pts/"), "{out}");
     assert!(out.contains("got:abc"), "{out}");
+    assert!(out.contains("30 100"), "initial size: {out}");
+    assert!(out.contains("40 120"), "resized: {out}");
     assert!(out.contains("1500"), "{out}");
     // Cancel works on a PTY exec too (its own session and group).
     let id = d.exec(serde_json::json!({"argv": ["sleep", "1000"], "tty": true}));

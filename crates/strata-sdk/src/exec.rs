@@ -123,6 +123,12 @@ impl ExecBuilder {
         self.req.tty = true;
         self
     }
+    /// PTY mode with this terminal size (rows, columns).
+    pub fn tty_size(mut self, rows: u16, cols: u16) -> Self {
+        self.req.tty = true;
+        self.req.tty_size = Some([rows, cols]);
+        self
+    }
     /// Cancel after this long (SIGTERM, SIGKILL after a grace period).
     pub fn timeout(mut self, t: Duration) -> Self {
         self.req.timeout_ms = Some(t.as_millis() as u64);
@@ -436,6 +442,19 @@ impl ExecHandle {
             )
             .await?;
         status_result(&self.id, st)
+    }
+
+    /// Resize the terminal of a PTY exec (the command gets SIGWINCH).
+    pub async fn resize(&self, rows: u16, cols: u16) -> Result<()> {
+        let _: api::ExecStatus = self
+            .client
+            .call(
+                Method::POST,
+                &format!("/v1/execs/{}/resize", self.id),
+                Some(&api::ResizeRequest { rows, cols }),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Cancel this one exec: SIGTERM to its process group, SIGKILL after
