@@ -105,6 +105,16 @@ pub enum Command {
     /// Status, commit and unmount of host-mounted Workspaces.
     #[command(subcommand)]
     Ws(crate::mount::WsCmd),
+    /// Create, list, inspect and remove Sandboxes; mount, commit and
+    /// unmount Workspaces in them (needs root).
+    #[command(subcommand)]
+    Sandbox(crate::sandbox::SandboxCmd),
+    /// Run one command in a Workspace of a Sandbox: forwards stdin (EOF
+    /// included), streams stdout and stderr, exits with the command's code
+    /// (a signal as 128+N); 125 if strata itself fails.
+    Exec(crate::sandbox::ExecArgs),
+    /// Report what this host offers strata, as KEY=VALUE lines.
+    Probe,
 }
 
 #[derive(Debug, Args)]

@@ -107,6 +107,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Run(a) => return crate::run::run(&ctx, a),
         Command::Mount(a) => return crate::mount::mount(&ctx, a),
         Command::Ws(c) => return crate::mount::ws(&ctx, c),
+        Command::Sandbox(c) => return crate::sandbox::sandbox(&ctx, c),
+        Command::Exec(a) => return crate::sandbox::exec(&ctx, a),
+        Command::Probe => return crate::sandbox::probe(&ctx),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@ mod output;
 mod progress;
 mod read;
 mod run;
+mod sandbox;
 
 use clap::Parser;
 use std::process::ExitCode;
