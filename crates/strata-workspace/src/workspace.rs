@@ -58,14 +58,25 @@ fn lock_dir(dir: &Path, id: &str) -> Result<File> {
         .open(&p)
         .map_err(WsError::io("open the workspace lock", &p))?;
     // flock(2): released by the kernel when the holder dies, so a crashed
-    // server never leaves a stale lock behind.
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
-        WsError::Locked {
-            id: id.to_string(),
-            path: p.clone(),
+    // server never leaves a stale lock behind. A session of this process
+    // that was just unmounted may still be dropping its last reference to
+    // the old state (fuser's worker threads exit after `join` returns), so
+    // wait a bounded moment before calling the Workspace locked.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            Err(_) => {
+                return Err(WsError::Locked {
+                    id: id.to_string(),
+                    path: p.clone(),
+                })
+            }
         }
-    })?;
-    Ok(f)
+    }
 }
 
 fn valid_id(id: &str) -> Result<()> {
