@@ -4,7 +4,7 @@
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, Commit, Page, TreeNode};
-use crate::objects::{self, Row};
+use crate::objects;
 use crate::progress::Progress;
 use crate::sql;
 use crate::store::Store;
@@ -223,24 +223,16 @@ impl Store {
         let rows = all_rows(&conn)?;
         let mut problems = Vec::new();
         progress.start("fsck", Some(rows.len() as u64));
-        let mut stmt = conn.prepare(sql::OBJ_GET).ctx("read objects")?;
         for (_, id, kind, _) in &rows {
             progress.advance(1);
             let Some(k) = Kind::from_u8(*kind) else {
                 problems.push(format!("{}: unknown kind {kind}", id.to_hex()));
                 continue;
             };
-            let row = stmt
-                .query_row([&id.0[..]], |r| {
-                    Ok(Row {
-                        kind: r.get(0)?,
-                        enc: r.get(1)?,
-                        raw_len: r.get::<_, i64>(2)? as u64,
-                        base: r.get(3)?,
-                        data: r.get(5)?,
-                    })
-                })
-                .ctx("read an object")?;
+            let Some(row) = objects::get_row(&conn, id)? else {
+                problems.push(format!("{}: listed but unreadable", id.to_hex()));
+                continue;
+            };
             match objects::decode_row(&conn, id, row) {
                 Ok(raw) => {
                     let actual = ObjectId::hash(k, &raw);
@@ -256,7 +248,6 @@ impl Store {
                 Err(e) => problems.push(format!("{} ({}): {e}", id.to_hex(), k.name())),
             }
         }
-        drop(stmt);
         let reachable = mark(&conn, &mut problems)?;
         progress.finish();
         Ok(FsckReport {
