@@ -29,6 +29,10 @@ const TTL: Duration = Duration::from_secs(1);
 pub(crate) struct WsFs {
     pub shared: Arc<Shared>,
     pub want_passthrough: bool,
+    /// Dropped with this filesystem object; the `MountHandle` holds the
+    /// other end and waits for it, so "unmounted" means the session's last
+    /// reference to the Workspace (and its lock) is gone.
+    pub _serving: Arc<()>,
 }
 
 fn name_bytes(n: &OsStr) -> &[u8] {

@@ -58,25 +58,14 @@ fn lock_dir(dir: &Path, id: &str) -> Result<File> {
         .open(&p)
         .map_err(WsError::io("open the workspace lock", &p))?;
     // flock(2): released by the kernel when the holder dies, so a crashed
-    // server never leaves a stale lock behind. A session of this process
-    // that was just unmounted may still be dropping its last reference to
-    // the old state (fuser's worker threads exit after `join` returns), so
-    // wait a bounded moment before calling the Workspace locked.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    loop {
-        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(f),
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(std::time::Duration::from_millis(10))
-            }
-            Err(_) => {
-                return Err(WsError::Locked {
-                    id: id.to_string(),
-                    path: p.clone(),
-                })
-            }
+    // server never leaves a stale lock behind.
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
+        WsError::Locked {
+            id: id.to_string(),
+            path: p.clone(),
         }
-    }
+    })?;
+    Ok(f)
 }
 
 fn valid_id(id: &str) -> Result<()> {
@@ -398,11 +387,12 @@ impl Workspace {
         Ok(())
     }
 
-    fn fs(&self, opts: &MountOptions) -> WsFs {
+    fn fs(&self, opts: &MountOptions, serving: &Arc<()>) -> WsFs {
         self.st().ids = opts.id_mapping;
         WsFs {
             shared: self.shared.clone(),
             want_passthrough: opts.passthrough,
+            _serving: serving.clone(),
         }
     }
 
@@ -434,7 +424,8 @@ impl Workspace {
             SessionACL::Owner
         };
         let cfg = self.config(opts, acl);
-        let session = Session::new(self.fs(opts), mountpoint, &cfg)
+        let serving = Arc::new(());
+        let session = Session::new(self.fs(opts, &serving), mountpoint, &cfg)
             .and_then(|s| s.spawn())
             .map_err(|e| {
                 self.shared.mounted.store(false, Ordering::SeqCst);
@@ -444,6 +435,7 @@ impl Workspace {
                 }
             })?;
         Ok(MountHandle {
+            serving,
             session: Some(session),
             mountpoint: Some(mountpoint.to_path_buf()),
             shared: self.shared.clone(),
@@ -461,13 +453,15 @@ impl Workspace {
         // fuser's owner filter would refuse them all, so accept every uid;
         // the namespace itself confines who can reach the mount.
         let cfg = self.config(opts, SessionACL::All);
-        let session = Session::from_fd(self.fs(opts), fd, SessionACL::All, cfg)
+        let serving = Arc::new(());
+        let session = Session::from_fd(self.fs(opts, &serving), fd, SessionACL::All, cfg)
             .and_then(|s| s.spawn())
             .map_err(|e| {
                 self.shared.mounted.store(false, Ordering::SeqCst);
                 WsError::Invalid(format!("serve the FUSE fd: {e}"))
             })?;
         Ok(MountHandle {
+            serving,
             session: Some(session),
             mountpoint: None,
             shared: self.shared.clone(),
@@ -539,6 +533,8 @@ fn new_state(
 /// A live FUSE session of a Workspace. Dropping it unmounts (lazily if the
 /// mount is busy).
 pub struct MountHandle {
+    /// Shared with the session's filesystem object (see `WsFs::_serving`).
+    serving: Arc<()>,
     session: Option<BackgroundSession>,
     mountpoint: Option<PathBuf>,
     shared: Arc<Shared>,
@@ -581,6 +577,14 @@ impl MountHandle {
                 .map_err(|e| WsError::Invalid(format!("FUSE session ended with an error: {e}"))),
             None => Ok(()),
         };
+        // fuser's `join` returns when its main thread ends; the filesystem
+        // object (with its reference to the Workspace and so its lock) is
+        // dropped by the last worker thread a moment later. Wait for that,
+        // bounded, so a caller can reopen the Workspace right away.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while Arc::strong_count(&self.serving) > 1 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         self.shared.mounted.store(false, Ordering::SeqCst);
         r
     }
