@@ -107,23 +107,30 @@ pub fn ws(ctx: &Ctx, cmd: WsCmd) -> Result<ExitCode> {
     let rt = runtime()?;
     match cmd {
         WsCmd::List => {
-            let all = host::list(&dirs)?;
+            // Probing a daemon connects to its socket: do it once per mount.
+            let all: Vec<_> = host::list(&dirs)?
+                .into_iter()
+                .map(|m| {
+                    let alive = m.alive();
+                    (m, alive)
+                })
+                .collect();
             let v: Vec<_> = all
                 .iter()
-                .map(|m| {
+                .map(|(m, alive)| {
                     json!({"workspace": m.workspace, "mountpoint": m.mountpoint,
-                           "branch": m.branch, "alive": m.alive(), "pid": m.pid})
+                           "branch": m.branch, "alive": alive, "pid": m.pid})
                 })
                 .collect();
             ctx.emit(json!(v), || {
                 all.iter()
-                    .map(|m| {
+                    .map(|(m, alive)| {
                         format!(
                             "{}  {}  {}{}",
                             m.workspace,
                             m.branch,
                             m.mountpoint.display(),
-                            if m.alive() {
+                            if *alive {
                                 ""
                             } else {
                                 "  (serving process died)"

@@ -356,8 +356,10 @@ impl Store {
 
     /// Stream a file's whole content into `out`, one chunk at a time.
     pub fn read_to(&self, c: &FileContent, out: &mut dyn Write) -> Result<()> {
-        for (_, id, _) in self.chunk_list(c)? {
-            let raw = self.get_raw(&id, Kind::Chunk)?;
+        let chunks = self.chunk_list(c)?;
+        let conn = self.reader();
+        for (_, id, _) in chunks {
+            let raw = objects::get_raw_in(&conn, &id, Kind::Chunk)?;
             out.write_all(&raw)
                 .map_err(|e| StoreError::io("write", "the output stream", e))?;
         }
