@@ -180,3 +180,44 @@ fn crash_between_publish_and_journal() {
     assert_eq!(ws.commit("again").unwrap(), CommitOutcome::UpToDate);
     assert_eq!(fx.head(), c);
 }
+
+/// The FUSE connection is aborted from outside (fusectl's `abort` file, what
+/// an administrator does to a hung mount): the session ends without an
+/// error, and the Workspace reopens with the work its server had answered,
+/// which then commits. CI once saw a session end with ECONNABORTED after
+/// fsx; this is the same end reached on purpose.
+#[test]
+fn aborted_connection_ends_the_session_and_keeps_the_work() {
+    use std::os::unix::fs::MetadataExt;
+    let fx = fixture();
+    let ws = fx.create();
+    let id = ws.id().to_string();
+    let h = fx.mount(&ws, false);
+    std::fs::write(fx.p("kept.txt"), b"answered before the abort").unwrap();
+    // The connection's directory in fusectl is named by the minor device
+    // number of the mount (Documentation/filesystems/fuse.rst, "Control
+    // filesystem").
+    let dev = std::fs::metadata(&fx.mnt).unwrap().dev();
+    let minor = libc::minor(dev);
+    let ctl = std::path::Path::new("/sys/fs/fuse/connections");
+    if !ctl.join(minor.to_string()).exists() {
+        let st = Command::new("mount")
+            .args(["-t", "fusectl", "fusectl", "/sys/fs/fuse/connections"])
+            .status()
+            .expect("run mount(8) for fusectl");
+        assert!(
+            st.success() || ctl.join(minor.to_string()).exists(),
+            "cannot mount fusectl at /sys/fs/fuse/connections (needed to abort a connection)"
+        );
+    }
+    std::fs::write(ctl.join(minor.to_string()).join("abort"), b"1").expect("write fusectl abort");
+    // The aborted mount answers ENOTCONN; unmounting it ends the session.
+    h.unmount().expect("an aborted session ends cleanly");
+    drop(ws);
+    let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
+    assert!(matches!(
+        ws.commit("after abort").unwrap(),
+        CommitOutcome::Committed(_)
+    ));
+    assert_eq!(fx.bytes(b"kept.txt"), b"answered before the abort");
+}
