@@ -63,6 +63,16 @@ pub mod seccomp;
 pub mod selfcheck;
 pub mod spec;
 
+/// File and ID helpers shared by the backends' state directories (the
+/// native backend's, and strata-docker's): private 0700/0600 files,
+/// random IDs and tokens, bounded log tails, host mounts below a path.
+pub mod backend_files {
+    pub use crate::native_state::{
+        invalid, mkdir_private, mounts_below, now_unix_ms, random_hex, state_err, tail, valid_id,
+        valid_name, write_private,
+    };
+}
+
 pub use backend::{
     launch, Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths,
     Endpoint, Filter, SandboxId, SandboxInfo, Started, State, DAEMON_MARKER,

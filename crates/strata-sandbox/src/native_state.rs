@@ -106,14 +106,14 @@ pub(crate) fn paths(dir: &Path, exe: &Path) -> DaemonPaths {
     }
 }
 
-pub(crate) fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
+pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
     BackendError::Invalid {
         what: what.into(),
         message: message.into(),
     }
 }
 
-pub(crate) fn state_err<'a>(
+pub fn state_err<'a>(
     action: &'static str,
     path: &'a Path,
 ) -> impl FnOnce(io::Error) -> BackendError + 'a {
@@ -125,7 +125,7 @@ pub(crate) fn state_err<'a>(
 }
 
 /// mkdir with mode 0700 (root-only: commands, uid 1500, cannot traverse).
-pub(crate) fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendError> {
+pub fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendError> {
     fs::DirBuilder::new()
         .mode(0o700)
         .recursive(recursive)
@@ -137,7 +137,7 @@ pub(crate) fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendErro
 
 /// Write `bytes` to `path` with mode 0600, through a temporary name and a
 /// rename, so a reader sees the old or the new file, never half of one.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), BackendError> {
+pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), BackendError> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = fs::OpenOptions::new()
@@ -172,7 +172,7 @@ pub(crate) fn write_record(dir: &Path, rec: &Record) -> Result<(), BackendError>
 }
 
 /// `n` random bytes from the kernel's CSPRNG, hex-encoded.
-pub(crate) fn random_hex(n: usize) -> Result<String, BackendError> {
+pub fn random_hex(n: usize) -> Result<String, BackendError> {
     let path = Path::new("/dev/urandom");
     let mut buf = vec![0u8; n];
     fs::File::open(path)
@@ -182,7 +182,7 @@ pub(crate) fn random_hex(n: usize) -> Result<String, BackendError> {
 }
 
 /// `sb-` and 24 hex digits (96 random bits), the SDK's format.
-pub(crate) fn valid_id(id: &str) -> bool {
+pub fn valid_id(id: &str) -> bool {
     id.len() == 27
         && id.starts_with("sb-")
         && id[3..]
@@ -190,7 +190,7 @@ pub(crate) fn valid_id(id: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
-pub(crate) fn valid_name(n: &str) -> bool {
+pub fn valid_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
         && n.bytes()
@@ -199,7 +199,7 @@ pub(crate) fn valid_name(n: &str) -> bool {
 
 /// The last `lines` lines of a file, reading at most its last 64 KiB so
 /// that a huge log never costs more than that (B5: bounded).
-pub(crate) fn tail(path: &Path, lines: usize) -> io::Result<String> {
+pub fn tail(path: &Path, lines: usize) -> io::Result<String> {
     const MAX: u64 = 64 * 1024;
     let mut f = match fs::File::open(path) {
         Ok(f) => f,
@@ -223,7 +223,7 @@ pub(crate) fn tail(path: &Path, lines: usize) -> io::Result<String> {
 /// backend makes none (its binds live in the Sandbox's namespace only); a
 /// non-empty answer means something else did, and removing the directory
 /// recursively could then delete through a mount, e.g. into the Store.
-pub(crate) fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
+pub fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
     let p = Path::new("/proc/self/mountinfo");
     let text = fs::read_to_string(p).map_err(state_err("read", p))?;
     Ok(text
@@ -234,7 +234,7 @@ pub(crate) fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
         .collect())
 }
 
-pub(crate) fn now_unix_ms() -> u64 {
+pub fn now_unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -1,0 +1,854 @@
+//! [`DockerBackend`]: the Backend contract on the Engine API. See the crate
+//! docs for the step-by-step map; the comments here say why each step is
+//! done the way it is.
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hyper::Method;
+use serde_json::Value;
+use strata_sandbox::backend_files::{
+    invalid, mkdir_private, mounts_below, now_unix_ms, random_hex, state_err, tail, valid_id,
+    valid_name, write_private,
+};
+use strata_sandbox::{
+    Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
+    SandboxInfo, Started, State, DAEMON_MARKER,
+};
+
+use crate::container::{self, labels, Expected, INSIDE_ROOT};
+use crate::engine::{demux_logs, q, Engine};
+use crate::state::{
+    inside_paths, install_tar, read_record, to_host, valid_container_id, write_record, Record,
+    RECORD,
+};
+use crate::DockerError;
+
+/// Lines of log carried by a start failure.
+const FAILURE_TAIL_LINES: usize = 40;
+/// How often start polls the container log for the marker.
+const MARKER_POLL: Duration = Duration::from_millis(5);
+
+/// The docker backend: one Engine, records under one state root.
+#[derive(Debug, Clone)]
+pub struct DockerBackend {
+    engine: Engine,
+    root: PathBuf,
+}
+
+fn step(id: &SandboxId, step: &'static str, e: impl ToString) -> BackendError {
+    BackendError::Step {
+        id: id.clone(),
+        step,
+        message: e.to_string(),
+        log_tail: String::new(),
+    }
+}
+
+impl DockerBackend {
+    /// `/var/lib/strata/docker`.
+    pub fn default_root() -> PathBuf {
+        PathBuf::from("/var/lib/strata/docker")
+    }
+
+    /// A backend on `engine` with its state under `root` (created 0700).
+    /// Needs root: the daemon's files must be root's (it checks that its
+    /// config and token are owned by its uid, 0) and the host reads them.
+    pub fn new(engine: Engine, root: impl Into<PathBuf>) -> Result<Self, BackendError> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(invalid(
+                "docker backend",
+                "needs root on the host (the daemon's token and config are root's, 0600)",
+            ));
+        }
+        let root = root.into();
+        if !root.is_absolute() {
+            return Err(invalid(
+                format!("state root {}", root.display()),
+                "must be an absolute path",
+            ));
+        }
+        mkdir_private(&root, true)?;
+        let root = root
+            .canonicalize()
+            .map_err(state_err("resolve the state root", &root))?;
+        Ok(DockerBackend { engine, root })
+    }
+
+    /// The Engine at `$DOCKER_HOST` (or the default socket), state at
+    /// [`DockerBackend::default_root`].
+    pub fn from_env() -> Result<Self, BackendError> {
+        let engine = crate::engine::socket_from_env()
+            .and_then(Engine::connect)
+            .map_err(|e| invalid("docker backend", e.to_string()))?;
+        Self::new(engine, Self::default_root())
+    }
+
+    pub fn state_root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn load(&self, id: &SandboxId) -> Result<(PathBuf, Record), BackendError> {
+        if !valid_id(id.as_str()) {
+            return Err(BackendError::BadId(id.0.clone()));
+        }
+        let dir = self.root.join(id.as_str());
+        if !dir.join(RECORD).exists() {
+            return Err(BackendError::NotFound(id.clone()));
+        }
+        Ok((dir.clone(), read_record(&dir)?))
+    }
+
+    /// `GET /containers/{id}/json`; `None` if the container is gone.
+    fn inspect(&self, rec: &Record) -> Result<Option<Value>, BackendError> {
+        let path = format!("/containers/{}/json", rec.container);
+        match self.engine.json::<Value>(Method::GET, &path, None) {
+            Ok(v) => Ok(Some(v)),
+            Err(DockerError::Engine { status: 404, .. }) => Ok(None),
+            Err(e) => Err(step(&rec.id, "inspect the container", e)),
+        }
+    }
+
+    fn state_of(rec: &Record, inspect: Option<&Value>) -> State {
+        let Some(i) = inspect else {
+            return State::Stopped;
+        };
+        match i["State"]["Status"].as_str() {
+            Some("created") => State::Created,
+            Some("running" | "paused" | "restarting") if rec.marker.is_some() => State::Running,
+            // Started but not ready (start failed or is in progress):
+            // running only once the marker was seen.
+            Some("running" | "paused" | "restarting") => State::Created,
+            _ => State::Stopped,
+        }
+    }
+
+    fn info(&self, dir: &Path, rec: &Record, inspect: Option<&Value>) -> SandboxInfo {
+        SandboxInfo {
+            id: rec.id.clone(),
+            backend: BackendKind::Docker,
+            name: rec.name.clone(),
+            labels: rec.labels.clone(),
+            state: Self::state_of(rec, inspect),
+            created_unix_ms: rec.created_unix_ms,
+            endpoint: rec.socket.clone().map(|path| Endpoint::Unix { path }),
+            token_file: dir.join("token"),
+            log_file: dir.join("daemon.log"),
+            daemon: inside_paths(),
+            config: rec.config.clone(),
+            marker: rec.marker.clone(),
+            handle: Some(rec.container.clone()),
+        }
+    }
+
+    /// The container's stdout+stderr, last `lines` lines, if it exists.
+    fn container_output(&self, rec: &Record, lines: usize) -> Result<Option<String>, DockerError> {
+        let path = format!(
+            "/containers/{}/logs?stdout=1&stderr=1&tail={lines}",
+            rec.container
+        );
+        let r = self.engine.call(Method::GET, &path, None)?;
+        if r.status.as_u16() == 404 {
+            return Ok(None);
+        }
+        if !r.status.is_success() {
+            return Err(DockerError::Engine {
+                action: format!("GET {path}"),
+                status: r.status.as_u16(),
+                message: r.message(),
+            });
+        }
+        let (out, err) = demux_logs(&r.body);
+        let mut text = String::from_utf8_lossy(&out).into_owned();
+        text.push_str(&String::from_utf8_lossy(&err));
+        Ok(Some(text))
+    }
+
+    /// The daemon's log file and the container's own output (marker, early
+    /// errors before the daemon's logging starts), both bounded.
+    fn tail_of(&self, dir: &Path, rec: &Record, lines: usize) -> String {
+        let log = dir.join("daemon.log");
+        let mut s = tail(&log, lines)
+            .unwrap_or_else(|e| format!("(log {} unreadable: {e})", log.display()));
+        match self.container_output(rec, lines) {
+            Ok(Some(out)) if !out.trim().is_empty() => {
+                s.push_str("\n--- container output ---\n");
+                s.push_str(out.trim_end());
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => s.push_str(&format!(
+                "\n(container {} no longer exists: it was removed outside strata)",
+                rec.container
+            )),
+            Err(e) => s.push_str(&format!("\n(container output unreadable: {e})")),
+        }
+        s
+    }
+
+    /// Resolve `image` to its ID once (B1: a tag that moves later never
+    /// changes this Sandbox). Only local images: no registry is contacted.
+    fn pin_image(&self, image: &str) -> Result<String, BackendError> {
+        #[derive(serde::Deserialize)]
+        struct Img {
+            #[serde(rename = "Id")]
+            id: String,
+        }
+        let path = format!("/images/{}/json", q(image));
+        match self.engine.json::<Img>(Method::GET, &path, None) {
+            Ok(i) => Ok(i.id),
+            Err(DockerError::Engine { status: 404, .. }) => Err(invalid(
+                format!("image {image}"),
+                "not found in the local Engine; import or pull it first (strata does not contact registries)",
+            )),
+            Err(e) => Err(invalid(format!("image {image}"), e.to_string())),
+        }
+    }
+
+    /// Each Workspace mount point must be a directory in the image, or
+    /// absent (the Engine then creates it for the tmpfs): a file or a
+    /// symlink there is refused before anything runs. Uses `HEAD
+    /// /containers/{id}/archive`, whose `X-Docker-Container-Path-Stat`
+    /// header is base64 JSON with a Go `os.FileMode` (dir bit 1<<31,
+    /// symlink bit 1<<27).
+    fn check_image_paths(&self, rec: &Record) -> Result<(), BackendError> {
+        use base64::Engine as _;
+        let mut paths: Vec<PathBuf> = rec.config.mountpoints.clone();
+        paths.push(PathBuf::from("/run"));
+        paths.push(PathBuf::from("/tmp"));
+        for p in paths {
+            let s = p.display().to_string();
+            let url = format!("/containers/{}/archive?path={}", rec.container, q(&s));
+            let r = self
+                .engine
+                .call(Method::HEAD, &url, None)
+                .map_err(|e| step(&rec.id, "stat paths in the image", e))?;
+            if r.status.as_u16() == 404 {
+                continue;
+            }
+            let stat = r
+                .headers
+                .get("X-Docker-Container-Path-Stat")
+                .and_then(|h| base64::engine::general_purpose::STANDARD.decode(h).ok())
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+            let mode = stat.as_ref().and_then(|v| v["mode"].as_u64()).unwrap_or(0);
+            let link = stat
+                .as_ref()
+                .and_then(|v| v["linkTarget"].as_str())
+                .unwrap_or("");
+            let is_dir = mode & (1 << 31) != 0;
+            if !is_dir || mode & (1 << 27) != 0 || (!link.is_empty() && link != s) {
+                return Err(invalid(
+                    format!("image {} path {s}", rec.image_ref),
+                    format!(
+                        "must be a directory (or absent): strata mounts there; it is {}",
+                        if link.is_empty() {
+                            format!("mode {mode:#o}")
+                        } else {
+                            format!("a symlink to {link}")
+                        }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove the container (stopping it first); a container already gone
+    /// is fine. `v=0`: anonymous volumes are never removed (strata makes
+    /// none, and a user's are not ours).
+    fn remove_container(&self, rec: &Record) -> Result<(), BackendError> {
+        let _ = self.engine.expect(
+            Method::POST,
+            &format!("/containers/{}/kill", rec.container),
+            None,
+            &[404, 409],
+        );
+        self.engine
+            .expect(
+                Method::DELETE,
+                &format!("/containers/{}?v=0&force=1", rec.container),
+                None,
+                &[404],
+            )
+            .map(drop)
+            .map_err(|e| step(&rec.id, "remove the container", e))
+    }
+
+    /// Wait for the first stdout line of the container (B5), polling its
+    /// log; the container's exit ends the wait at once.
+    fn wait_marker(&self, rec: &Record, timeout: Duration) -> Result<String, Result<String, ()>> {
+        let start = Instant::now();
+        let logs = format!("/containers/{}/logs?stdout=1&stderr=0", rec.container);
+        loop {
+            let exited = match self.inspect(rec) {
+                Ok(Some(i)) => match i["State"]["Status"].as_str() {
+                    Some("running") => None,
+                    other => Some(format!(
+                        "{} (exit code {})",
+                        other.unwrap_or("unknown"),
+                        i["State"]["ExitCode"]
+                    )),
+                },
+                Ok(None) => {
+                    return Err(Ok(format!(
+                        "container {} was removed outside strata while starting",
+                        rec.container
+                    )))
+                }
+                Err(e) => return Err(Ok(e.to_string())),
+            };
+            let out = match self.engine.call(Method::GET, &logs, None) {
+                Ok(r) if r.status.is_success() => demux_logs(&r.body).0,
+                Ok(r) => {
+                    return Err(Ok(format!(
+                        "container log: HTTP {}: {}",
+                        r.status,
+                        r.message()
+                    )))
+                }
+                Err(e) => return Err(Ok(e.to_string())),
+            };
+            if let Some(nl) = out.iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&out[..nl]).trim().to_string();
+                if !line
+                    .strip_prefix(DAEMON_MARKER)
+                    .is_some_and(|r| r.starts_with(' '))
+                {
+                    return Err(Ok(format!(
+                        "the daemon's first line on stdout is not its startup marker: {line:?}"
+                    )));
+                }
+                if let Some(how) = exited {
+                    return Err(Ok(format!(
+                        "the daemon printed its marker but the container ended: {how}"
+                    )));
+                }
+                return Ok(line);
+            }
+            if out.len() > 4096 {
+                return Err(Ok(
+                    "the daemon wrote 4 KiB to stdout without a marker line".into()
+                ));
+            }
+            if let Some(how) = exited {
+                return Err(Ok(format!(
+                    "the daemon exited before its startup marker: container {how}"
+                )));
+            }
+            if start.elapsed() >= timeout {
+                return Err(Err(()));
+            }
+            std::thread::sleep(MARKER_POLL);
+        }
+    }
+
+    /// B4: the container as the Engine made it, and its init as the kernel
+    /// sees it; any difference from what was asked is refused.
+    fn verify_started(&self, rec: &Record) -> Result<(), String> {
+        let i = self
+            .inspect(rec)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("container {} vanished after start", rec.container))?;
+        let mut bad = container::verify(&i, &Expected::of(&rec.config));
+        // The daemon may already have exited (the marker wait reports why).
+        if let Some(pid) = i["State"]["Pid"].as_u64().filter(|p| *p > 0) {
+            match fs::read_to_string(format!("/proc/{pid}/status")) {
+                Ok(s) => bad.extend(container::verify_process(&s)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => bad.push(format!("/proc/{pid}/status: {e}")),
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "refusing container {}: the Engine did not make what strata asked for: {}",
+                rec.container,
+                bad.join("; ")
+            ))
+        }
+    }
+}
+
+impl Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
+        if let Some(n) = &req.name {
+            if !valid_name(n) {
+                return Err(invalid(
+                    format!("name {n:?}"),
+                    "use 1-64 characters of [A-Za-z0-9._-]",
+                ));
+            }
+        }
+        for k in req.labels.keys() {
+            let ok = !k.is_empty()
+                && k.len() <= 128
+                && k.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
+            if !ok {
+                return Err(invalid(
+                    format!("label {k:?}"),
+                    "keys are 1-128 characters of [A-Za-z0-9._/-] (they become Docker labels dev.strata.label.KEY)",
+                ));
+            }
+        }
+        if req.root != strata_sandbox::RootFs::HostReadOnly {
+            return Err(invalid(
+                "root",
+                "the docker backend runs an image (CreateRequest::image); a rootfs directory is the native backend's",
+            ));
+        }
+        let image = req.image.clone().ok_or_else(|| {
+            invalid(
+                "image",
+                "the docker backend needs an image, e.g. busybox@sha256:… or a local image ID",
+            )
+        })?;
+        for m in &req.mountpoints {
+            let s = m.to_string_lossy();
+            let ok = m.is_absolute()
+                && s != "/"
+                && !m.components().any(|c| c == std::path::Component::ParentDir)
+                && !m.starts_with(INSIDE_ROOT)
+                && !m.starts_with("/tmp");
+            if !ok {
+                return Err(invalid(
+                    format!("mount point {s}"),
+                    format!("must be an absolute path without '..', not /, not under /tmp or {INSIDE_ROOT}"),
+                ));
+            }
+        }
+        let store = req
+            .store
+            .canonicalize()
+            .map_err(state_err("resolve the Store", &req.store))?;
+        if !store.is_dir() || self.root.starts_with(&store) || store.starts_with(&self.root) {
+            return Err(invalid(
+                format!("Store {}", store.display()),
+                format!(
+                    "must be a directory that neither contains nor lies in the state root {}",
+                    self.root.display()
+                ),
+            ));
+        }
+        let exe = crate::exe::resolve_static_exe(req.daemon_exe.as_deref())
+            .map_err(|e| invalid("daemon binary", e.to_string()))?;
+        let image_id = self.pin_image(&image)?;
+
+        // A fresh directory per ID (never reused, even on a collision).
+        let mut made = None;
+        for _ in 0..8 {
+            let id = format!("sb-{}", random_hex(12)?);
+            let dir = self.root.join(&id);
+            match fs::DirBuilder::new().create(&dir) {
+                Ok(()) => {
+                    made = Some((SandboxId(id), dir));
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(state_err("create the state directory", &dir)(e)),
+            }
+        }
+        let (id, dir) =
+            made.ok_or_else(|| invalid("sandbox ID", "8 random IDs in a row were taken"))?;
+        let setup = || -> Result<Record, BackendError> {
+            mkdir_private(&dir, false)?;
+            mkdir_private(&dir.join("store"), false)?;
+            mkdir_private(&dir.join("scratch"), false)?;
+            write_private(
+                &dir.join("token"),
+                format!("{}\n", random_hex(32)?).as_bytes(),
+            )?;
+            let body =
+                container::create_body(req, id.as_str(), &image_id, &self.root, &dir, &store);
+            let path = match &req.name {
+                Some(n) => format!(
+                    "/containers/create?name={}",
+                    q(&container::container_name(n))
+                ),
+                None => "/containers/create".to_string(),
+            };
+            #[derive(serde::Deserialize)]
+            struct Created {
+                #[serde(rename = "Id")]
+                id: String,
+            }
+            let created: Created = match self.engine.json(Method::POST, &path, Some(&body)) {
+                Ok(c) => c,
+                // 409: the name is in use. Refused, never adopted; say
+                // whose it is if it is a strata Sandbox.
+                Err(DockerError::Engine {
+                    status: 409,
+                    message,
+                    ..
+                }) => {
+                    let n = req.name.clone().unwrap_or_default();
+                    let owner = self
+                        .engine
+                        .json::<Value>(
+                            Method::GET,
+                            &format!("/containers/{}/json", q(&container::container_name(&n))),
+                            None,
+                        )
+                        .ok()
+                        .and_then(|v| {
+                            v["Config"]["Labels"][labels::SANDBOX]
+                                .as_str()
+                                .map(String::from)
+                        });
+                    return Err(match owner {
+                        Some(o) => BackendError::NameTaken {
+                            name: n,
+                            id: SandboxId(o),
+                        },
+                        None => invalid(
+                            format!("name {n:?}"),
+                            format!("the Engine refused it: {message}"),
+                        ),
+                    });
+                }
+                Err(e) => return Err(step(&id, "create the container", e)),
+            };
+            if !valid_container_id(&created.id) {
+                return Err(step(
+                    &id,
+                    "create the container",
+                    format!(
+                        "the Engine answered a malformed container ID {:?}",
+                        created.id
+                    ),
+                ));
+            }
+            let mut config = req.clone();
+            config.store = store.clone();
+            config.daemon_exe = Some(exe.clone());
+            let rec = Record {
+                id: id.clone(),
+                name: req.name.clone(),
+                labels: req.labels.clone(),
+                created_unix_ms: now_unix_ms(),
+                config,
+                image_ref: image.clone(),
+                image_id: image_id.clone(),
+                container: created.id,
+                exe_host: exe.clone(),
+                install: None,
+                started: false,
+                marker: None,
+                socket: None,
+            };
+            if let Err(e) = write_record(&dir, &rec).and_then(|()| self.check_image_paths(&rec)) {
+                let _ = self.remove_container(&rec);
+                return Err(e);
+            }
+            Ok(rec)
+        };
+        let rec = setup().inspect_err(|_| {
+            let _ = fs::remove_dir_all(&dir);
+        })?;
+        Ok(self.info(&dir, &rec, None).with_state(State::Created))
+    }
+
+    fn install_daemon(&self, id: &SandboxId, daemon: &DaemonInstall) -> Result<(), BackendError> {
+        let (dir, mut rec) = self.load(id)?;
+        if rec.started {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "install_daemon",
+                state: Self::state_of(&rec, self.inspect(&rec)?.as_ref()),
+            });
+        }
+        let tf = dir.join("token");
+        let token = fs::read_to_string(&tf).map_err(state_err("read the token", &tf))?;
+        let token = token.trim();
+        let leaks = daemon
+            .args
+            .iter()
+            .chain(daemon.env.iter().flat_map(|(k, v)| [k, v]))
+            .any(|a| a.contains(token));
+        if leaks {
+            return Err(invalid(
+                "daemon arguments or environment",
+                "contain the bearer token; argv and env are visible in /proc, point the daemon at the token file instead",
+            ));
+        }
+        if daemon.args != container::daemon_args() || !daemon.env.is_empty() {
+            return Err(invalid(
+                "daemon arguments",
+                format!(
+                    "the docker backend fixes the container's command at create: arguments must be {:?} (the paths of SandboxInfo::daemon) and the environment empty; put settings in the config",
+                    container::daemon_args()
+                ),
+            ));
+        }
+        // B3 through the archive API: the Engine extracts the tar into the
+        // stopped container at INSIDE_ROOT, which is the bind-mounted
+        // private directory (the read-only root itself refuses uploads:
+        // "container rootfs is marked read-only").
+        let tar = install_tar(&rec.exe_host, &daemon.config)
+            .map_err(state_err("pack the daemon binary", &rec.exe_host))?;
+        self.engine
+            .expect(
+                Method::PUT,
+                &format!(
+                    "/containers/{}/archive?path={}",
+                    rec.container,
+                    q(INSIDE_ROOT)
+                ),
+                Some(("application/x-tar", Bytes::from(tar))),
+                &[],
+            )
+            .map_err(|e| match e {
+                DockerError::Engine { status: 404, .. } => step(
+                    id,
+                    "install the daemon",
+                    format!("container {} was removed outside strata", rec.container),
+                ),
+                e => step(id, "install the daemon (archive upload)", e),
+            })?;
+        rec.install = Some(DaemonInstall {
+            args: daemon.args.clone(),
+            env: Vec::new(),
+            config: Vec::new(),
+        });
+        write_record(&dir, &rec)
+    }
+
+    fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
+        let (dir, mut rec) = self.load(id)?;
+        if rec.install.is_none() || rec.started {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: if rec.install.is_none() {
+                    "start before install_daemon"
+                } else {
+                    "a second start"
+                },
+                state: Self::state_of(&rec, self.inspect(&rec)?.as_ref()),
+            });
+        }
+        rec.started = true;
+        write_record(&dir, &rec)?;
+        let fail = |this: &Self, rec: &Record, message: String| {
+            // Nothing of the Sandbox may keep running; the container stays
+            // (stopped) for its log until delete.
+            let _ = this.engine.expect(
+                Method::POST,
+                &format!("/containers/{}/kill", rec.container),
+                None,
+                &[404, 409],
+            );
+            let _ = this.engine.expect(
+                Method::POST,
+                &format!("/containers/{}/wait?condition=not-running", rec.container),
+                None,
+                &[404],
+            );
+            BackendError::Step {
+                id: rec.id.clone(),
+                step: "start",
+                message,
+                log_tail: this.tail_of(&dir, rec, FAILURE_TAIL_LINES),
+            }
+        };
+        match self.engine.expect(
+            Method::POST,
+            &format!("/containers/{}/start", rec.container),
+            None,
+            &[],
+        ) {
+            Ok(_) => {}
+            Err(DockerError::Engine { status: 404, .. }) => {
+                return Err(fail(
+                    self,
+                    &rec,
+                    format!("container {} was removed outside strata", rec.container),
+                ))
+            }
+            Err(e) => return Err(fail(self, &rec, e.to_string())),
+        }
+        if let Err(why) = self.verify_started(&rec) {
+            return Err(fail(self, &rec, why));
+        }
+        let marker = match self.wait_marker(&rec, timeout) {
+            Ok(m) => m,
+            Err(Ok(why)) => return Err(fail(self, &rec, why)),
+            Err(Err(())) => {
+                let e = fail(self, &rec, String::new());
+                let BackendError::Step { log_tail, .. } = e else {
+                    unreachable!("fail returns Step")
+                };
+                return Err(BackendError::NoMarker {
+                    id: id.clone(),
+                    waited: timeout,
+                    log_tail,
+                });
+            }
+        };
+        // B6: the daemon's socket, named as it sees it, must be in the
+        // bind-mounted directory (so the host reaches it) and 0600.
+        let socket = marker
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("socket="))
+            .and_then(|s| to_host(&dir, Path::new(s)));
+        let socket = match socket {
+            Some(s) => s,
+            None => {
+                return Err(fail(
+                    self,
+                    &rec,
+                    format!("marker without a socket= under {INSIDE_ROOT}: {marker:?}"),
+                ))
+            }
+        };
+        let ok = fs::metadata(&socket)
+            .map(|m| m.file_type().is_socket() && m.mode() & 0o077 == 0)
+            .unwrap_or(false);
+        if !ok {
+            return Err(fail(
+                self,
+                &rec,
+                format!(
+                    "the daemon's socket {} must be a socket of mode 0600",
+                    socket.display()
+                ),
+            ));
+        }
+        rec.marker = Some(marker.clone());
+        rec.socket = Some(socket.clone());
+        write_record(&dir, &rec)?;
+        Ok(Started {
+            marker,
+            endpoint: Endpoint::Unix { path: socket },
+            token_file: dir.join("token"),
+        })
+    }
+
+    fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError> {
+        let (dir, rec) = self.load(id)?;
+        Ok(self.tail_of(&dir, &rec, lines.min(10_000)))
+    }
+
+    fn open(&self, id: &SandboxId) -> Result<SandboxInfo, BackendError> {
+        let (dir, rec) = self.load(id)?;
+        let i = self.inspect(&rec)?;
+        Ok(self.info(&dir, &rec, i.as_ref()))
+    }
+
+    /// B10: the Engine lists this root's containers by label (one call);
+    /// each is joined with its record. A record whose container was removed
+    /// outside strata is listed too, as stopped, so that it can be deleted.
+    fn list(&self, filter: &Filter) -> Result<Vec<SandboxInfo>, BackendError> {
+        let mut want = vec![format!("{}={}", labels::ROOT, self.root.display())];
+        for (k, v) in &filter.labels {
+            want.push(format!("{}{k}={v}", labels::USER_PREFIX));
+        }
+        let filters = serde_json::json!({ "label": want }).to_string();
+        let listed: Vec<Value> = self
+            .engine
+            .json(
+                Method::GET,
+                &format!("/containers/json?all=1&filters={}", q(&filters)),
+                None,
+            )
+            .map_err(|e| invalid("list containers", e.to_string()))?;
+        let rd = fs::read_dir(&self.root).map_err(state_err("list", &self.root))?;
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !valid_id(&name) {
+                continue;
+            }
+            let Ok(rec) = read_record(&e.path()) else {
+                continue;
+            };
+            if !filter.matches(rec.name.as_deref(), &rec.labels) {
+                continue;
+            }
+            let summary = listed
+                .iter()
+                .find(|c| c["Id"].as_str() == Some(&rec.container));
+            // The list's `State` is the same word inspect's Status is.
+            let fake = summary.map(|c| serde_json::json!({"State": {"Status": c["State"]}}));
+            out.push(self.info(&e.path(), &rec, fake.as_ref()));
+        }
+        out.sort_by(|a, b| (a.created_unix_ms, &a.id).cmp(&(b.created_unix_ms, &b.id)));
+        Ok(out)
+    }
+
+    fn stop(&self, id: &SandboxId, grace: Duration) -> Result<(), BackendError> {
+        let (_, rec) = self.load(id)?;
+        // SIGTERM to Docker's init (which forwards it to the daemon), SIGKILL
+        // after `t` seconds (whole seconds in the API: rounded up). 304:
+        // already stopped; 404: removed outside strata, nothing to stop.
+        let t = grace.as_secs() + u64::from(grace.subsec_nanos() > 0);
+        self.engine
+            .expect(
+                Method::POST,
+                &format!("/containers/{}/stop?t={t}", rec.container),
+                None,
+                &[304, 404],
+            )
+            .map(drop)
+            .map_err(|e| step(id, "stop", e))
+    }
+
+    fn delete(&self, id: &SandboxId) -> Result<(), BackendError> {
+        let (dir, rec) = self.load(id)?;
+        let i = self.inspect(&rec)?;
+        let state = Self::state_of(&rec, i.as_ref());
+        if state == State::Running {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "delete",
+                state,
+            });
+        }
+        if i.is_some() {
+            self.remove_container(&rec)?;
+        }
+        let mounts = mounts_below(&dir)?;
+        if !mounts.is_empty() {
+            return Err(BackendError::Step {
+                id: id.clone(),
+                step: "delete",
+                message: format!(
+                    "refusing to remove {}: host mounts below it ({mounts:?}); unmount them first",
+                    dir.display()
+                ),
+                log_tail: String::new(),
+            });
+        }
+        // The Store's mount point first and non-recursively: if the Store
+        // were ever there, this fails instead of deleting it.
+        let store_mp = dir.join("store");
+        match fs::remove_dir(&store_mp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(state_err("remove the Store mount point", &store_mp)(e)),
+        }
+        fs::remove_dir_all(&dir).map_err(state_err("remove the state directory", &dir))
+    }
+}
+
+trait WithState {
+    fn with_state(self, s: State) -> Self;
+}
+
+impl WithState for SandboxInfo {
+    fn with_state(mut self, s: State) -> Self {
+        self.state = s;
+        self
+    }
+}
