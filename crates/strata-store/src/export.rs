@@ -103,6 +103,28 @@ impl Store {
 
 fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path) -> Result<()> {
     let entries = ctx.store.list_tree(tree)?;
+    // A stored tree may hold what `write_tree` refuses (written by another
+    // build, or by hand): every name must be one path component and unique,
+    // or joining it onto `dir` could reach outside the target (`..`, '/'),
+    // or one entry could be a symlink that another entry of the same name
+    // is then written through.
+    let mut names: Vec<&[u8]> = Vec::with_capacity(entries.len());
+    for e in &entries {
+        if let Some(why) = crate::trees::bad_name(&e.name) {
+            return Err(StoreError::Corrupt {
+                id: tree,
+                reason: format!("{why} ({:?})", String::from_utf8_lossy(&e.name)),
+            });
+        }
+        names.push(&e.name);
+    }
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(StoreError::Corrupt {
+            id: tree,
+            reason: format!("duplicate name {:?}", String::from_utf8_lossy(w[0])),
+        });
+    }
     entries.par_iter().try_for_each(|e| -> Result<()> {
         let path = dir.join(OsStr::from_bytes(&e.name));
         if e.link_group != 0 {
@@ -115,7 +137,20 @@ fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path) -> Result<()> {
         if let EntryKind::Dir(t) = &e.kind {
             match std::fs::create_dir(&path) {
                 Ok(()) => {}
-                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && path.is_dir() => {}
+                // A real directory left by an earlier export (--force) is
+                // reused. Anything else in the way is replaced, never
+                // followed: a symlink there (from a commit where this name
+                // was a link) would take the entries outside the target.
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let md = std::fs::symlink_metadata(&path)
+                        .map_err(|err| StoreError::io("inspect", &path, err))?;
+                    if !md.is_dir() {
+                        std::fs::remove_file(&path)
+                            .map_err(|err| StoreError::io("replace", &path, err))?;
+                        std::fs::create_dir(&path)
+                            .map_err(|err| StoreError::io("create", &path, err))?;
+                    }
+                }
                 Err(err) => return Err(StoreError::io("create", &path, err)),
             }
             export_dir(ctx, *t, &path)?;

@@ -11,8 +11,28 @@ use crate::object::{decode, encode, IndexEntry, TreeEntry, TreeNode};
 use crate::objects::{self, Prepared};
 use crate::store::Store;
 
+/// Why `name` cannot be a directory entry, if it cannot: it must be one
+/// path component (path_resolution(7)): not empty, not `.` or `..`, no '/'
+/// and no NUL. Export joins names onto its target, so any other name could
+/// make it write outside the target.
+pub(crate) fn bad_name(name: &[u8]) -> Option<&'static str> {
+    match name {
+        b"" => Some("an empty name"),
+        b"." | b".." => Some("a name that is . or .."),
+        n if n.contains(&b'/') => Some("a name with '/'"),
+        n if n.contains(&0) => Some("a name with a NUL byte"),
+        _ => None,
+    }
+}
+
 /// Build the nodes of a directory: returns the root id and every node to store.
 pub(crate) fn build_tree(mut entries: Vec<TreeEntry>) -> Result<(ObjectId, Vec<Prepared>)> {
+    if let Some((e, why)) = entries.iter().find_map(|e| Some((e, bad_name(&e.name)?))) {
+        return Err(StoreError::Invalid(format!(
+            "{why} ({:?}) in a directory: an entry name is one path component",
+            String::from_utf8_lossy(&e.name)
+        )));
+    }
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     for w in entries.windows(2) {
         if w[0].name == w[1].name {
