@@ -1,0 +1,3 @@
+fn main() {
+    strata_sdk::maybe_run_internal();
+}
