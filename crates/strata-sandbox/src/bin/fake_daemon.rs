@@ -188,6 +188,10 @@ fn daemon(config: &Path) -> ExitCode {
         .and_then(Path::parent)
         .unwrap_or(Path::new("/"));
     let _ = writeln!(log, "command_ls_state_root={}", command_ls(state_root));
+    // Every backend: a command cannot list the daemon's own directory
+    // (token, config, socket, the Store's mount point).
+    let state_dir = cfg.socket.parent().unwrap_or(Path::new("/"));
+    let _ = writeln!(log, "command_ls_state_dir={}", command_ls(state_dir));
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).expect("bind the socket");
     std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))

@@ -1,0 +1,522 @@
+//! The Backend contract suite (BRIEF §3, B1–B10), one suite for every
+//! backend: each function takes a [`Harness`] and checks one part of the
+//! contract through `&dyn Backend` only, with the stand-in daemon
+//! `strata-sandbox-fake-daemon` (it prints the marker, listens on the
+//! socket, logs what it observes, and has failure modes). Backends run it
+//! from their own test files: `tests/native.rs` here, and
+//! `crates/strata-docker/tests/docker.rs`, which includes this file with
+//! `#[path]` (one source, not a copy).
+//!
+//! What differs between backends goes through the harness: where the
+//! daemon binary comes from, how a path the daemon sees maps to the host,
+//! how a fresh process reopens a Sandbox, and checks only one backend can
+//! make (cgroups, containers).
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use strata_sandbox::{
+    launch, Backend, BackendError, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
+    SandboxInfo, State,
+};
+
+/// What the suite needs from one backend.
+pub trait Harness: Sync {
+    fn backend(&self) -> &dyn Backend;
+    /// The value of the `suite` label this harness's requests carry.
+    fn suite(&self) -> &'static str;
+    /// The Store directory (holds `seen-by-daemon`).
+    fn store(&self) -> &Path;
+    /// A valid request: the Store, label `suite=<suite>`, the fake daemon,
+    /// whatever the backend needs (an image, a limit).
+    fn request(&self, name: Option<&str>) -> CreateRequest;
+    /// A path the daemon sees ([`SandboxInfo::daemon`]) as the host sees it.
+    fn host_path(&self, info: &SandboxInfo, inside: &Path) -> PathBuf;
+    /// Reopen by ID with no state shared with this process's backend.
+    fn open_elsewhere(&self, id: &SandboxId) -> Result<SandboxInfo, String>;
+    /// Stop with `grace` with no state shared with this process's backend.
+    fn stop_elsewhere(&self, id: &SandboxId, grace: Duration) -> Result<(), String>;
+    /// Create and start a Sandbox from a creator that then goes away.
+    fn launch_elsewhere(&self) -> Result<SandboxId, String>;
+    /// Invalid requests only this backend refuses: (what the error names, edit).
+    fn extra_bad_requests(&self) -> Vec<(&'static str, Edit)>;
+    /// Backend-specific checks while running, after stop, after delete.
+    fn check_running(&self, _info: &SandboxInfo, _log: &str) {}
+    fn check_stopped(&self, _info: &SandboxInfo) {}
+    fn check_deleted(&self, _info: &SandboxInfo) {}
+}
+
+/// One change that makes a request invalid.
+pub type Edit = Box<dyn Fn(&mut CreateRequest) + Sync>;
+
+/// The fake daemon's install: its config names the daemon's paths.
+pub fn install(h: &dyn Harness, info: &SandboxInfo, mode: &str) -> DaemonInstall {
+    let config = serde_json::json!({
+        "socket": info.daemon.socket,
+        "log_file": info.daemon.log_file,
+        "store": info.daemon.store,
+        "host_store": h.store(),
+        "mode": mode,
+    });
+    DaemonInstall {
+        args: vec![
+            "__strata-daemon".into(),
+            "--config".into(),
+            info.daemon.config.display().to_string(),
+        ],
+        env: vec![],
+        config: serde_json::to_vec(&config).unwrap(),
+    }
+}
+
+pub fn mode_of(p: &Path) -> u32 {
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
+pub fn store_snapshot(p: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn socket_of(e: &Endpoint) -> &Path {
+    match e {
+        Endpoint::Unix { path } => path,
+        other => panic!("expected a Unix socket endpoint, got {other:?}"),
+    }
+}
+
+/// The fake daemon answers `ok` to every connection.
+pub fn ask(sock: &Path) -> String {
+    let mut reply = String::new();
+    std::os::unix::net::UnixStream::connect(sock)
+        .unwrap_or_else(|e| panic!("connect to the daemon at {}: {e}", sock.display()))
+        .read_to_string(&mut reply)
+        .unwrap();
+    reply
+}
+
+/// B1–B10 in one Sandbox's life.
+pub fn lifecycle(h: &dyn Harness) {
+    let b = h.backend();
+    let before = store_snapshot(h.store());
+    let name = format!("life-{}-{}", h.suite(), std::process::id());
+    let info = b.create(&h.request(Some(&name))).expect("create");
+    let id = info.id.clone();
+    assert_eq!(info.state, State::Created);
+    assert!(
+        id.as_str().starts_with("sb-") && id.as_str().len() == 27,
+        "{id}"
+    );
+    // B3: the token 0600, 64 hex digits, in a 0700 directory.
+    assert_eq!(mode_of(&h.host_path(&info, &info.daemon.state_dir)), 0o700);
+    assert_eq!(mode_of(&info.token_file), 0o600);
+    let token = std::fs::read_to_string(&info.token_file).unwrap();
+    assert_eq!(token.trim().len(), 64);
+    assert!(token.trim().bytes().all(|c| c.is_ascii_hexdigit()));
+    // Starting before the daemon is installed is refused.
+    let e = b.start(&id, Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(e, BackendError::WrongState { .. }), "{e}");
+
+    b.install_daemon(&id, &install(h, &info, "ok"))
+        .expect("install");
+    assert_eq!(mode_of(&h.host_path(&info, &info.daemon.config)), 0o600);
+    let t0 = Instant::now();
+    let started = b.start(&id, Duration::from_secs(20)).expect("start");
+    eprintln!("{}: start to ready: {:?}", h.suite(), t0.elapsed());
+    assert!(started.marker.starts_with("STRATA-DAEMON-READY socket="));
+    // B6: the socket, 0600, reachable from the host.
+    let sock = socket_of(&started.endpoint);
+    assert_eq!(sock, h.host_path(&info, &info.daemon.socket));
+    let meta = std::fs::metadata(sock).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    assert_eq!(ask(sock), "ok\n");
+    assert_eq!(started.token_file, info.token_file);
+
+    // B4 and B2, as the daemon saw them: root with CAP_SYS_ADMIN and
+    // /dev/fuse, the Store bound for it, its host path not visible.
+    let log = b.log_tail(&id, 50).unwrap();
+    let seen = log
+        .lines()
+        .find(|l| l.starts_with("observed "))
+        .unwrap_or_else(|| panic!("no observations in the log: {log}"));
+    let capeff = seen
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("capeff="))
+        .unwrap();
+    let capeff = u64::from_str_radix(capeff, 16).unwrap();
+    assert!(capeff & (1 << 21) != 0, "no CAP_SYS_ADMIN: {seen}");
+    for want in [
+        "uid=0",
+        "dev_fuse=true",
+        "store_ok=true",
+        "host_store_hidden=true",
+    ] {
+        assert!(seen.contains(want), "{want} missing: {seen}");
+    }
+    // A command (exec helper, uid 1500) cannot list the daemon's private
+    // directory (token, config, socket, the Store's mount point).
+    let state_dir_view = log
+        .lines()
+        .find_map(|l| l.strip_prefix("command_ls_state_dir="))
+        .unwrap_or_else(|| panic!("no command view of the state dir: {log}"));
+    assert!(
+        !state_dir_view.starts_with("exit=0") && !state_dir_view.starts_with("spawn"),
+        "a command listed the daemon's state directory: {state_dir_view}"
+    );
+    h.check_running(&info, &log);
+
+    // B10: by label and by name prefix.
+    let by_label = b
+        .list(&Filter {
+            labels: BTreeMap::from([("suite".into(), h.suite().into())]),
+            name_prefix: None,
+        })
+        .unwrap();
+    assert_eq!(
+        by_label.iter().map(|i| &i.id).collect::<Vec<_>>(),
+        vec![&id]
+    );
+    let by_prefix = b
+        .list(&Filter {
+            name_prefix: Some(format!("life-{}-", h.suite())),
+            ..Filter::default()
+        })
+        .unwrap();
+    assert_eq!(by_prefix.len(), 1);
+    assert_eq!(by_prefix[0].state, State::Running);
+    for miss in [
+        Filter {
+            name_prefix: Some("other-".into()),
+            ..Filter::default()
+        },
+        Filter {
+            labels: BTreeMap::from([("suite".into(), "no-such-suite".into())]),
+            name_prefix: None,
+        },
+    ] {
+        assert!(b.list(&miss).unwrap().is_empty(), "{miss:?}");
+    }
+
+    // B8: reopen by exact ID, sharing nothing with this backend object.
+    let other = h.open_elsewhere(&id).expect("reopen elsewhere");
+    assert_eq!(other.state, State::Running);
+    assert_eq!(other.name.as_deref(), Some(name.as_str()));
+    assert_eq!(other.endpoint, Some(started.endpoint.clone()));
+    assert_eq!(other.config.store, h.store().canonicalize().unwrap());
+    assert_eq!(
+        other.labels.get("suite").map(String::as_str),
+        Some(h.suite())
+    );
+
+    // Deleting a running Sandbox and starting it twice are refused.
+    let e = b.delete(&id).unwrap_err();
+    assert!(matches!(e, BackendError::WrongState { .. }), "{e}");
+    let e = b.start(&id, Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(e, BackendError::WrongState { .. }), "{e}");
+
+    // B9: stop, then delete; the Store is untouched.
+    b.stop(&id, Duration::from_secs(5)).expect("stop");
+    assert_eq!(b.open(&id).unwrap().state, State::Stopped);
+    assert_eq!(h.open_elsewhere(&id).unwrap().state, State::Stopped);
+    h.check_stopped(&other);
+    b.stop(&id, Duration::from_secs(1))
+        .expect("stopping twice is fine");
+    b.delete(&id).expect("delete");
+    assert!(
+        !h.host_path(&info, &info.daemon.state_dir).exists(),
+        "state directory left"
+    );
+    h.check_deleted(&other);
+    assert_eq!(store_snapshot(h.store()), before, "Store changed");
+    assert!(matches!(b.open(&id), Err(BackendError::NotFound(_))));
+}
+
+/// B5: a daemon that exits before its marker ends the wait at once, with
+/// its log.
+pub fn dies_before_marker(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    b.install_daemon(&info.id, &install(h, &info, "die"))
+        .unwrap();
+    let t0 = Instant::now();
+    // A long deadline: the daemon's exit must end the wait, not the deadline.
+    let e = b.start(&info.id, Duration::from_secs(30)).unwrap_err();
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let BackendError::Step { step, log_tail, .. } = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(*step, "start");
+    assert!(
+        log_tail.contains("simulated failure before the marker"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("exited before its startup marker"),
+        "{e}"
+    );
+    let opened = b.open(&info.id).unwrap();
+    assert_eq!(opened.state, State::Stopped);
+    h.check_stopped(&opened);
+    b.delete(&info.id).unwrap();
+    assert!(!h.host_path(&info, &info.daemon.state_dir).exists());
+    h.check_deleted(&opened);
+}
+
+/// B5: no marker by the deadline: a typed error with the log, nothing
+/// left running.
+pub fn no_marker_hits_the_deadline(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    b.install_daemon(&info.id, &install(h, &info, "hang"))
+        .unwrap();
+    let t0 = Instant::now();
+    let e = b.start(&info.id, Duration::from_millis(800)).unwrap_err();
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    let BackendError::NoMarker { log_tail, .. } = &e else {
+        panic!("{e}")
+    };
+    assert!(log_tail.contains("hanging without a marker"), "{e}");
+    let opened = b.open(&info.id).unwrap();
+    assert_eq!(opened.state, State::Stopped);
+    h.check_stopped(&opened);
+    b.delete(&info.id).unwrap();
+    h.check_deleted(&opened);
+}
+
+/// B5: the first stdout line must be the marker.
+pub fn wrong_first_line(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    b.install_daemon(&info.id, &install(h, &info, "garbage"))
+        .unwrap();
+    let e = b.start(&info.id, Duration::from_secs(10)).unwrap_err();
+    assert!(e.to_string().contains("not its startup marker"), "{e}");
+    b.delete(&info.id).unwrap();
+}
+
+/// B1: a taken name is refused (naming the owner), never adopted; an ID
+/// is never reused.
+pub fn taken_name_refused(h: &dyn Harness) {
+    let b = h.backend();
+    let name = format!("dup-{}-{}", h.suite(), std::process::id());
+    let first = b.create(&h.request(Some(&name))).unwrap();
+    let e = b.create(&h.request(Some(&name))).unwrap_err();
+    match &e {
+        BackendError::NameTaken { name: n, id } => {
+            assert_eq!(n, &name);
+            assert_eq!(id, &first.id);
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(b.list(&Filter::default()).unwrap().len(), 1);
+    b.delete(&first.id).unwrap();
+    let again = b.create(&h.request(Some(&name))).unwrap();
+    assert_ne!(again.id, first.id, "an ID is never reused");
+    b.delete(&again.id).unwrap();
+}
+
+/// Concurrent creates with one name give exactly one Sandbox.
+pub fn concurrent_creates_with_one_name(h: &dyn Harness) {
+    let name = format!("race-{}-{}", h.suite(), std::process::id());
+    let results: Vec<Result<SandboxInfo, BackendError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..6)
+            .map(|_| s.spawn(|| h.backend().create(&h.request(Some(&name)))))
+            .collect();
+        handles.into_iter().map(|j| j.join().unwrap()).collect()
+    });
+    let ok: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(ok.len(), 1, "{results:?}");
+    for r in &results {
+        if let Err(e) = r {
+            assert!(
+                matches!(e, BackendError::NameTaken { id, .. } if id == &ok[0].id),
+                "{e}"
+            );
+        }
+    }
+    h.backend().delete(&ok[0].id).unwrap();
+    assert!(h.backend().list(&Filter::default()).unwrap().is_empty());
+}
+
+/// B8: unknown IDs are NotFound, malformed ones BadId.
+pub fn unknown_and_malformed_ids(h: &dyn Harness) {
+    let b = h.backend();
+    let unknown = SandboxId("sb-000000000000000000000000".into());
+    assert!(matches!(b.open(&unknown), Err(BackendError::NotFound(_))));
+    assert!(matches!(
+        b.stop(&unknown, Duration::ZERO),
+        Err(BackendError::NotFound(_))
+    ));
+    assert!(matches!(b.delete(&unknown), Err(BackendError::NotFound(_))));
+    assert!(h
+        .open_elsewhere(&unknown)
+        .unwrap_err()
+        .contains("not found"));
+    for bad in ["../../etc", "sb-1", "", "sb-000000000000000000000000/.."] {
+        let e = b.open(&SandboxId(bad.into())).unwrap_err();
+        assert!(matches!(e, BackendError::BadId(_)), "{bad}: {e}");
+    }
+}
+
+/// B3: the token never goes into argv or the environment.
+pub fn token_never_in_argv_or_env(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    let token = std::fs::read_to_string(&info.token_file).unwrap();
+    let mut bad = install(h, &info, "ok");
+    bad.env.push(("STRATA_TOKEN".into(), token.trim().into()));
+    let e = b.install_daemon(&info.id, &bad).unwrap_err();
+    assert!(e.to_string().contains("bearer token"), "{e}");
+    let mut bad = install(h, &info, "ok");
+    bad.args.push(format!("--token={}", token.trim()));
+    assert!(b.install_daemon(&info.id, &bad).is_err());
+    b.delete(&info.id).unwrap();
+}
+
+/// Bad requests are refused before anything is created.
+pub fn bad_requests_refused(h: &dyn Harness) {
+    let b = h.backend();
+    let not_exe_file = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    let not_exe = not_exe_file.path().to_path_buf();
+    let mut cases: Vec<(&str, Edit)> = vec![
+        ("name", Box::new(|r| r.name = Some("a/b".into()))),
+        (
+            "mount point",
+            Box::new(|r| r.mountpoints = vec!["rel".into()]),
+        ),
+        (
+            "Store",
+            Box::new(|r| r.store = PathBuf::from("/var/tmp/strata-no-such-store")),
+        ),
+        (
+            "daemon binary",
+            Box::new(move |r| r.daemon_exe = Some(not_exe.clone())),
+        ),
+    ];
+    cases.extend(h.extra_bad_requests());
+    for (what, edit) in cases {
+        let mut req = h.request(None);
+        edit(&mut req);
+        let e = b.create(&req).unwrap_err();
+        assert!(e.to_string().contains(what), "{what}: {e}");
+    }
+    let mut req = h.request(None);
+    req.store = "/var".into();
+    assert!(b.create(&req).is_err(), "a Store containing the state root");
+    assert!(b.list(&Filter::default()).unwrap().is_empty());
+}
+
+/// `launch` deletes what a failed start left; succeeds otherwise.
+pub fn launch_cleans_up(h: &dyn Harness) {
+    let b = h.backend();
+    let name = format!("launched-{}-{}", h.suite(), std::process::id());
+    let e = launch(
+        b,
+        &h.request(Some(&name)),
+        &|info| install(h, info, "die"),
+        Duration::from_secs(10),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("simulated failure"), "{e}");
+    assert!(b.list(&Filter::default()).unwrap().is_empty());
+    let (info, started) = launch(
+        b,
+        &h.request(Some(&name)),
+        &|info| install(h, info, "ok"),
+        Duration::from_secs(20),
+    )
+    .expect("launch");
+    assert_eq!(info.state, State::Running);
+    assert_eq!(info.marker.as_deref(), Some(started.marker.as_str()));
+    b.stop(&info.id, Duration::from_secs(5)).unwrap();
+    b.delete(&info.id).unwrap();
+}
+
+/// B9: stop from elsewhere kills a daemon that ignores SIGTERM once the
+/// grace period has passed.
+pub fn stop_kills_a_stubborn_daemon(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    b.install_daemon(&info.id, &install(h, &info, "stubborn"))
+        .unwrap();
+    b.start(&info.id, Duration::from_secs(20)).unwrap();
+    let t0 = Instant::now();
+    h.stop_elsewhere(&info.id, Duration::from_millis(300))
+        .expect("stop from elsewhere");
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
+    assert!(b
+        .log_tail(&info.id, 10)
+        .unwrap()
+        .contains("ignoring SIGTERM"));
+    let opened = b.open(&info.id).unwrap();
+    assert_eq!(opened.state, State::Stopped);
+    h.check_stopped(&opened);
+    b.delete(&info.id).unwrap();
+    assert!(!h.host_path(&info, &info.daemon.state_dir).exists());
+}
+
+/// B8: a Sandbox outlives the process (or object) that created it.
+pub fn outlives_its_creator(h: &dyn Harness) {
+    let b = h.backend();
+    let id = h.launch_elsewhere().expect("launch elsewhere");
+    let info = b.open(&id).expect("reopen after the creator went away");
+    assert_eq!(info.state, State::Running);
+    let sock = socket_of(info.endpoint.as_ref().expect("an endpoint"));
+    assert_eq!(ask(sock), "ok\n");
+    b.stop(&id, Duration::from_secs(5)).unwrap();
+    assert_eq!(b.open(&id).unwrap().state, State::Stopped);
+    b.delete(&id).unwrap();
+}
+
+/// B9: delete never removes through a host mount (the Store survives).
+pub fn delete_never_removes_through_a_host_mount(h: &dyn Harness) {
+    let b = h.backend();
+    let info = b.create(&h.request(None)).unwrap();
+    let store_mp = h.host_path(&info, &info.daemon.store);
+    let st = std::process::Command::new("mount")
+        .args([
+            "--bind".as_ref(),
+            h.store().as_os_str(),
+            store_mp.as_os_str(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount --bind");
+    let e = b.delete(&info.id).unwrap_err();
+    let unmounted = std::process::Command::new("umount")
+        .arg(&store_mp)
+        .status()
+        .unwrap();
+    assert!(e.to_string().contains("host mounts below it"), "{e}");
+    assert!(h.store().join("seen-by-daemon").exists(), "Store damaged");
+    assert!(unmounted.success());
+    b.delete(&info.id).unwrap();
+    assert!(h.store().join("seen-by-daemon").exists());
+}
