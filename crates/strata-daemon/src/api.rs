@@ -29,6 +29,7 @@ pub struct Health {
 
 /// `POST /v1/workspaces`: mount a Workspace of branch `ref`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MountRequest {
     /// `PROJECT/BRANCH`: the branch the Workspace projects and commits to.
     #[serde(rename = "ref")]
@@ -78,6 +79,7 @@ pub struct StatusResponse {
 
 /// `POST /v1/workspaces/{id}/commit`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CommitRequest {
     /// The message.
     pub message: String,
@@ -96,6 +98,7 @@ pub struct CommitResponse {
 
 /// `POST /v1/workspaces/{id}/unmount`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UnmountRequest {
     /// Also drop the uncommitted changes and the scratch directory. Without
     /// it the Workspace stays recoverable (its journal and upper layer are
@@ -115,6 +118,9 @@ pub struct UnmountResponse {
 
 /// `POST /v1/execs`: run one command (no shell).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Request bodies refuse unknown fields (422): a misspelled field (`usr`
+// for `user`) must never be silently ignored and the request run anyway.
+#[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     /// argv; `argv[0]` is a path or a name looked up in PATH. No NUL bytes;
     /// at most 1 MiB with env.
@@ -229,6 +235,7 @@ pub struct ExecStatus {
 
 /// `POST /v1/execs/{id}/cancel`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     /// Milliseconds between SIGTERM and SIGKILL (default 2000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -238,6 +245,7 @@ pub struct CancelRequest {
 /// `POST /v1/execs/{id}/resize`: new terminal size of a PTY exec (the
 /// command's foreground process group gets SIGWINCH from the kernel).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ResizeRequest {
     /// Rows.
     pub rows: u16,
