@@ -509,13 +509,18 @@ impl Exec {
     }
 
     /// Attach the one output stream; `None` if another is attached.
-    pub fn attach(self: &Arc<Self>) -> Option<OutputStream> {
+    /// With `follow == false` the stream ends once the buffer is empty
+    /// (a snapshot of what is waiting, for `strata exec logs`).
+    pub fn attach(self: &Arc<Self>, follow: bool) -> Option<OutputStream> {
         let mut i = self.inner.lock().unwrap();
         if i.attached {
             return None;
         }
         i.attached = true;
-        Some(OutputStream { exec: self.clone() })
+        Some(OutputStream {
+            exec: self.clone(),
+            follow,
+        })
     }
 }
 
@@ -560,6 +565,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(exec: Arc<Exec>, mut r: R, stream: u8) 
 /// The attached output stream of one exec: yields NDJSON lines.
 pub struct OutputStream {
     exec: Arc<Exec>,
+    follow: bool,
 }
 
 impl Drop for OutputStream {
@@ -595,6 +601,8 @@ impl OutputStream {
                         End::Exited(exit) => Frame::Exit { seq, exit },
                         End::Failed(failure) => Frame::Error { seq, failure },
                     })
+                } else if !self.follow {
+                    return None;
                 } else {
                     None
                 }

@@ -310,6 +310,22 @@ async fn ws_unmount(
     let discard = optional_json::<UnmountRequest>(&body)?
         .map(|b| b.discard)
         .unwrap_or(false);
+    if !discard {
+        // Unmounting must not lose work silently: the scratch of a Sandbox
+        // is deleted when the Sandbox is closed, so uncommitted changes are
+        // refused here (as `strata ws unmount` does on the host) unless the
+        // caller says discard.
+        let ws = find_ws(&st, &id)?;
+        let changes = blocking(move || ws.status().map_err(ws_error)).await?;
+        if !changes.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "uncommitted",
+                format!("workspace {id} has {} uncommitted change(s)", changes.len()),
+            )
+            .hint("commit them first, or unmount with \"discard\": true to drop them"));
+        }
+    }
     let entry = st.workspaces.lock().unwrap().remove(&id).ok_or_else(|| {
         ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
     })?;
@@ -563,10 +579,22 @@ async fn exec_wait(
     Ok(Json(e.wait(q.timeout_ms.map(Duration::from_millis)).await))
 }
 
-async fn exec_output(State(st): St, UrlPath(id): UrlPath<String>) -> AppResult<Response> {
+#[derive(Deserialize)]
+struct OutputQuery {
+    /// `false`: end the stream when the buffered output is handed out,
+    /// without waiting for more (and without the final frame while the
+    /// command runs). Default `true`.
+    follow: Option<bool>,
+}
+
+async fn exec_output(
+    State(st): St,
+    UrlPath(id): UrlPath<String>,
+    Query(q): Query<OutputQuery>,
+) -> AppResult<Response> {
     let e = find_exec(&st, &id)?;
     crate::exec::rearm_end(&e);
-    let stream = e.attach().ok_or_else(|| {
+    let stream = e.attach(q.follow.unwrap_or(true)).ok_or_else(|| {
         ApiError::busy(format!("exec {id} already has an attached output stream"))
             .hint("one reader at a time: close the other stream first")
     })?;
