@@ -168,7 +168,7 @@ impl DaemonClient {
                     hint
                 },
             },
-            "busy" | "stdin_closed" => Error::Busy { what, hint },
+            "busy" | "stdin_closed" | "uncommitted" => Error::Busy { what, hint },
             "invalid_input" => Error::InvalidInput { what, hint },
             _ => Error::backend(format!("{what} {hint}"), self.log_tail(20)),
         }

@@ -161,7 +161,7 @@ impl ExecBuilder {
                 timed_out: false,
             },
         };
-        let mut stream = FrameStream::open(&self.client, &created.id).await?;
+        let mut stream = FrameStream::open(&self.client, &created.id, true).await?;
         while let Some(f) = stream.next().await? {
             match f {
                 Decoded::Stdout(b) => out.stdout.extend_from_slice(&b),
@@ -179,52 +179,36 @@ impl ExecBuilder {
         )))
     }
 
-    /// Start and return a handle with separate stdout and stderr streams.
-    /// Output not read yet is buffered in this process; read the streams
-    /// (or drop them) as the command runs.
-    pub async fn spawn(self) -> Result<ExecHandle> {
+    /// Start and return at once, without attaching the output (a detached
+    /// exec: `strata exec --detach`). The output waits in the daemon's
+    /// bounded buffer (then the command blocks: backpressure) until
+    /// [`ExecHandle::attach`] reads it; [`ExecHandle::wait`] and
+    /// [`ExecHandle::cancel`] work from any process ([`crate::Sandbox::exec_by_id`]).
+    pub async fn start(self) -> Result<ExecHandle> {
         let has_stdin = self.req.stdin;
         let created = self.create().await?;
-        let mut stream = FrameStream::open(&self.client, &created.id).await?;
-        let (otx, orx) = mpsc::unbounded_channel();
-        let (etx, erx) = mpsc::unbounded_channel();
-        let (done_tx, done_rx) = oneshot::channel();
-        let client = self.client.clone();
-        let id = created.id.clone();
-        tokio::spawn(async move {
-            let end = loop {
-                match stream.next().await {
-                    Ok(Some(Decoded::Stdout(b))) => {
-                        let _ = otx.send(b);
-                    }
-                    Ok(Some(Decoded::Stderr(b))) => {
-                        let _ = etx.send(b);
-                    }
-                    Ok(Some(Decoded::Exit(e))) => break Ok(e),
-                    Ok(Some(Decoded::Failed(f))) => break Err(exec_failed(&id, f)),
-                    Ok(None) => {
-                        break Err(client.proto(format!(
-                            "output stream of exec {id} ended without an exit frame"
-                        )))
-                    }
-                    Err(e) => break Err(e),
-                }
-            };
-            let _ = done_tx.send(end);
-        });
         Ok(ExecHandle {
             client: self.client.clone(),
             id: created.id.clone(),
             pid: created.pid,
-            stdout: Some(ExecStream { rx: orx }),
-            stderr: Some(ExecStream { rx: erx }),
+            stdout: None,
+            stderr: None,
             stdin: has_stdin.then(|| ExecStdin {
                 client: self.client.clone(),
                 id: created.id,
                 closed: false,
             }),
-            done: Some(done_rx),
+            done: None,
         })
+    }
+
+    /// Start and return a handle with separate stdout and stderr streams.
+    /// Output not read yet is buffered in this process; read the streams
+    /// (or drop them) as the command runs.
+    pub async fn spawn(self) -> Result<ExecHandle> {
+        let mut h = self.start().await?;
+        h.attach(true).await?;
+        Ok(h)
     }
 }
 
@@ -253,11 +237,11 @@ struct FrameStream {
 }
 
 impl FrameStream {
-    async fn open(client: &DaemonClient, id: &str) -> Result<FrameStream> {
+    async fn open(client: &DaemonClient, id: &str, follow: bool) -> Result<FrameStream> {
         let resp = client
             .send(
                 Method::GET,
-                &format!("/v1/execs/{id}/output"),
+                &format!("/v1/execs/{id}/output?follow={follow}"),
                 Bytes::new(),
                 "application/json",
             )
@@ -408,6 +392,33 @@ pub struct ExecHandle {
 }
 
 impl ExecHandle {
+    /// A handle on an exec found by ID (no streams attached, no stdin).
+    pub(crate) fn by_id(client: DaemonClient, st: &api::ExecStatus) -> ExecHandle {
+        ExecHandle {
+            client,
+            id: st.id.clone(),
+            pid: st.pid,
+            stdout: None,
+            stderr: None,
+            stdin: None,
+            done: None,
+        }
+    }
+
+    /// Another handle on the same exec, without streams or stdin: to
+    /// resize, cancel or wait from another task.
+    pub fn handle_clone(&self) -> ExecHandle {
+        ExecHandle {
+            client: self.client.clone(),
+            id: self.id.clone(),
+            pid: self.pid,
+            stdout: None,
+            stderr: None,
+            stdin: None,
+            done: None,
+        }
+    }
+
     /// The exec ID (for `strata exec-cancel` and friends).
     pub fn id(&self) -> &str {
         &self.id
@@ -415,6 +426,61 @@ impl ExecHandle {
     /// pid (= process group) of the command inside the Sandbox.
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Attach to the output: fills [`ExecHandle::stdout`] and
+    /// [`ExecHandle::stderr`] with the output not handed out yet (the
+    /// daemon hands each chunk out once, to one reader at a time). With
+    /// `follow` the streams run to the command's end; without, they end
+    /// once what is buffered now has been read.
+    pub async fn attach(&mut self, follow: bool) -> Result<()> {
+        let mut stream = FrameStream::open(&self.client, &self.id, follow).await?;
+        let (otx, orx) = mpsc::unbounded_channel();
+        let (etx, erx) = mpsc::unbounded_channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let client = self.client.clone();
+        let id = self.id.clone();
+        tokio::spawn(async move {
+            let end = loop {
+                match stream.next().await {
+                    Ok(Some(Decoded::Stdout(b))) => {
+                        let _ = otx.send(b);
+                    }
+                    Ok(Some(Decoded::Stderr(b))) => {
+                        let _ = etx.send(b);
+                    }
+                    Ok(Some(Decoded::Exit(e))) => break Ok(e),
+                    Ok(Some(Decoded::Failed(f))) => break Err(exec_failed(&id, f)),
+                    // A snapshot ended before the command did: no status
+                    // yet; `wait` asks the daemon instead.
+                    Ok(None) if !follow => return,
+                    Ok(None) => {
+                        break Err(client.proto(format!(
+                            "output stream of exec {id} ended without an exit frame"
+                        )))
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            let _ = done_tx.send(end);
+        });
+        self.stdout = Some(ExecStream { rx: orx });
+        self.stderr = Some(ExecStream { rx: erx });
+        self.done = Some(done_rx);
+        Ok(())
+    }
+
+    /// The status now: `None` while the command runs.
+    pub async fn try_status(&self) -> Result<Option<ExitStatus>> {
+        let st: api::ExecStatus = self
+            .client
+            .call(Method::GET, &format!("/v1/execs/{}", self.id), None::<&()>)
+            .await?;
+        match (st.exit, st.failure) {
+            (Some(e), _) => Ok(Some(ExitStatus::from_api(e))),
+            (None, Some(f)) => Err(exec_failed(&self.id, f)),
+            (None, None) => Ok(None),
+        }
     }
 
     /// Wait for the end. Closes stdin first if still open (like

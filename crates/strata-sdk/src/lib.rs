@@ -35,6 +35,7 @@
 //! }
 //! ```
 
+pub mod check;
 pub mod client;
 mod error;
 pub mod exec;

@@ -30,6 +30,7 @@ use strata_sandbox::NativeBackend;
 
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
+use crate::exec::ExecHandle;
 use crate::workspace::Workspace;
 
 pub use strata_sandbox::backend::SandboxInfo;
@@ -56,6 +57,11 @@ pub struct SandboxSpec {
     pub network: Network,
     /// Memory, pids and CPU limits (cgroups).
     pub limits: Limits,
+    /// A directory holding a root filesystem (e.g. an unpacked image) to
+    /// show commands, read-only, instead of the host's root. It must have
+    /// what the commands run (a missing program is
+    /// [`Error::ExecFailed`] with ENOENT).
+    pub rootfs: Option<PathBuf>,
     /// A binary that calls [`crate::maybe_run_internal`] first in `main`
     /// (the strata CLI). Default: the current executable.
     pub daemon_exe: Option<PathBuf>,
@@ -75,6 +81,7 @@ impl SandboxSpec {
             labels: BTreeMap::new(),
             network: Network::None,
             limits: Limits::default(),
+            rootfs: None,
             daemon_exe: None,
             state_dir: None,
             startup_timeout: Duration::from_secs(10),
@@ -292,6 +299,65 @@ impl Sandbox {
         })
     }
 
+    /// The exec `id` of this Sandbox (e.g. from another process): a
+    /// handle to [`ExecHandle::attach`], wait for or cancel it.
+    pub async fn exec_by_id(&self, id: &str) -> Result<ExecHandle> {
+        let st: api::ExecStatus = self
+            .client
+            .call(Method::GET, &format!("/v1/execs/{id}"), None::<&()>)
+            .await?;
+        Ok(ExecHandle::by_id(self.client.clone(), &st))
+    }
+
+    /// The running Sandboxes under `state_dir` (default root), opened.
+    async fn running(state_dir: Option<PathBuf>) -> Result<Vec<Sandbox>> {
+        let list = Sandbox::list(SandboxFilter {
+            state_dir: state_dir.clone(),
+            ..Default::default()
+        })
+        .await?;
+        let mut out = Vec::new();
+        for i in list.into_iter().filter(|i| i.state == State::Running) {
+            if let Ok(sb) = Sandbox::open_in(i.id.as_str(), state_dir.clone()).await {
+                out.push(sb);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Find the running Sandbox that has Workspace `id` mounted (IDs are
+    /// unique across Sandboxes), e.g. for `strata ws status WS`.
+    pub async fn find_workspace(
+        id: &str,
+        state_dir: Option<PathBuf>,
+    ) -> Result<(Sandbox, Workspace)> {
+        for sb in Sandbox::running(state_dir).await? {
+            if let Ok(wss) = sb.workspaces().await {
+                if let Some(ws) = wss.into_iter().find(|w| w.id() == id) {
+                    return Ok((sb, ws));
+                }
+            }
+        }
+        Err(Error::not_found(
+            format!("Workspace {id}"),
+            "no running Sandbox has it mounted; list them with `strata ws list`",
+        ))
+    }
+
+    /// Find the running Sandbox that has exec `id`, e.g. for
+    /// `strata exec wait EXEC`.
+    pub async fn find_exec(id: &str, state_dir: Option<PathBuf>) -> Result<(Sandbox, ExecHandle)> {
+        for sb in Sandbox::running(state_dir).await? {
+            if let Ok(h) = sb.exec_by_id(id).await {
+                return Ok((sb, h));
+            }
+        }
+        Err(Error::not_found(
+            format!("exec {id}"),
+            "no running Sandbox knows it (finished execs are kept for a while, until their Sandbox closes)",
+        ))
+    }
+
     /// The Workspaces mounted now (e.g. after a reopen).
     pub async fn workspaces(&self) -> Result<Vec<Workspace>> {
         let v: Vec<api::WorkspaceInfo> = self
@@ -307,9 +373,81 @@ impl Sandbox {
     }
 
     /// Stop the daemon (it cancels running execs and unmounts its
-    /// Workspaces; uncommitted work is not published), stop the Sandbox and
-    /// delete its record and state (B9). The Store is untouched.
+    /// Workspaces), stop the Sandbox and delete its record and state (B9).
+    /// The Store is untouched.
+    ///
+    /// Closing deletes the Workspaces' scratch, so it **refuses**
+    /// ([`Error::Busy`], naming them) while a Workspace holds uncommitted
+    /// changes: commit them first, or call [`Sandbox::close_discard`].
+    /// With the daemon dead, the Workspaces left in its scratch directory
+    /// are checked offline the same way.
     pub async fn close(self) -> Result<()> {
+        self.close_check().await?;
+        self.close_discard().await
+    }
+
+    /// What [`Sandbox::close`] checks first, without closing: `Ok` when no
+    /// Workspace holds uncommitted changes, else [`Error::Busy`] naming
+    /// them.
+    pub async fn close_check(&self) -> Result<()> {
+        let dirty = self.uncommitted().await?;
+        if dirty.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Busy {
+            what: format!(
+                "Sandbox {} has uncommitted work ({})",
+                self.id(),
+                dirty.join(", ")
+            ),
+            hint: "commit it (Workspace::commit, `strata ws commit WS -m MSG`) or close with discard (`strata sandbox rm --discard`)".into(),
+        })
+    }
+
+    /// Workspaces with uncommitted changes, as `ID (BRANCH, N changes)`.
+    async fn uncommitted(&self) -> Result<Vec<String>> {
+        if self.health().await.is_ok() {
+            let mut out = Vec::new();
+            for ws in self.workspaces().await? {
+                let n = ws.status().await?.len();
+                if n > 0 {
+                    out.push(format!("{} ({}, {n} changes)", ws.id(), ws.branch()));
+                }
+            }
+            return Ok(out);
+        }
+        // The daemon is gone: what it left in its scratch directory is all
+        // there is to lose. Open each Workspace offline (nothing serves it).
+        let store = self.info.config.store.clone();
+        let scratch = self.info.daemon.scratch_dir.clone();
+        blocking(move || {
+            let ids = match strata_workspace::Workspace::list(&scratch) {
+                Ok(ids) => ids,
+                Err(_) if !scratch.exists() => return Ok(Vec::new()),
+                Err(e) => return Err(Error::backend(e.to_string(), String::new())),
+            };
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let st = strata_store::Store::open(&store, &Default::default())?;
+            let mut out = Vec::new();
+            for id in ids {
+                match strata_workspace::Workspace::open(&st, &id, &scratch, &Default::default())
+                    .and_then(|w| w.status().map(|c| (w.branch().to_string(), c.len())))
+                {
+                    Ok((_, 0)) => {}
+                    Ok((b, n)) => out.push(format!("{id} ({b}, {n} changes)")),
+                    Err(e) => out.push(format!("{id} (unreadable: {e})")),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// [`Sandbox::close`] without the check: uncommitted changes of its
+    /// Workspaces are dropped.
+    pub async fn close_discard(self) -> Result<()> {
         let _ = self
             .client
             .send(
@@ -336,6 +474,21 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     req.network = spec.network;
     req.limits = spec.limits;
     req.daemon_exe = spec.daemon_exe.clone();
+    if let Some(dir) = &spec.rootfs {
+        if !dir.is_absolute() || !dir.is_dir() {
+            return Err(Error::invalid(
+                format!(
+                    "rootfs {} is not an absolute path to a directory",
+                    dir.display()
+                ),
+                "give an unpacked root filesystem, e.g. from `docker export` or debootstrap",
+            ));
+        }
+        req.root = strata_sandbox::RootFs::Dir {
+            path: dir.clone(),
+            readonly: true,
+        };
+    }
     let info = backend.create(&req).map_err(backend_error)?;
     let id = info.id.clone();
     let d = &info.daemon;

@@ -103,8 +103,9 @@ impl Workspace {
         })
     }
 
-    /// Unmount. With `discard` the uncommitted changes are dropped;
-    /// without, they stay recoverable under the same ID.
+    /// Unmount. Without `discard` it refuses ([`crate::Error::Busy`])
+    /// while there are uncommitted changes (closing the Sandbox would
+    /// delete them); with `discard` they are dropped. Never commits.
     pub async fn unmount(self, discard: bool) -> Result<()> {
         let _: api::UnmountResponse = self
             .client

@@ -28,7 +28,18 @@ fn main() {
                 .await
                 .expect("exec");
             print!("{}", o.stdout_str());
-            sb.close().await.expect("close");
+            // `mark` was never committed: close refuses to drop it, names
+            // the Workspace, and the work is still there afterwards.
+            let e = sb
+                .close_check()
+                .await
+                .expect_err("close with uncommitted work");
+            assert!(
+                matches!(&e, strata_sdk::Error::Busy { what, .. } if what.contains(ws[0].id())),
+                "{e:?}"
+            );
+            assert_eq!(ws[0].status().await.expect("status").len(), 1);
+            sb.close_discard().await.expect("close");
         });
         return;
     }
@@ -67,7 +78,7 @@ fn main() {
         for info in Sandbox::list(f).await.unwrap_or_default() {
             if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
                 eprintln!("closing leftover Sandbox {}", sb.id());
-                let _ = sb.close().await;
+                let _ = sb.close_discard().await;
             }
         }
     });
@@ -291,6 +302,9 @@ async fn conflict_carries_the_actual_head(dir: &std::path::Path) {
         other => panic!("expected a conflict, got {other:?}"),
     }
     assert_eq!(store.head("p/main").await.unwrap(), c1.commit());
+    // w2's work was not published: closing refuses to drop it unless told.
+    assert!(matches!(sb.close_check().await, Err(Error::Busy { .. })));
+    w2.unmount(true).await.unwrap();
     sb.close().await.unwrap();
     // Close never touches the Store: the commit is there.
     assert_eq!(store.read_file("p/main", "g").await.unwrap(), b"change\n");
