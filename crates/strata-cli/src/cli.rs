@@ -28,6 +28,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create a Store (or report the one already there).
+    #[command(after_help = "Example:\n  strata --store /var/tmp/store init")]
     Init(InitArgs),
     /// Create and list projects.
     #[command(subcommand)]
@@ -36,6 +37,7 @@ pub enum Command {
     #[command(subcommand)]
     Branch(BranchCmd),
     /// Commit a directory's current state as the next commit on a branch.
+    #[command(after_help = "Example:\n  strata snapshot web/agent-1 ./site -m \"edit\"")]
     Snapshot {
         /// PROJECT/BRANCH
         branch: String,
@@ -46,6 +48,7 @@ pub enum Command {
         message: Option<String>,
     },
     /// Show the commits reachable from REF along first parents, newest first.
+    #[command(after_help = "Example:\n  strata log web/main -n 5")]
     Log {
         /// PROJECT/BRANCH or a commit id (a unique prefix of at least 8 hex digits).
         #[arg(value_name = "REF")]
@@ -55,6 +58,7 @@ pub enum Command {
         max_count: Option<usize>,
     },
     /// List the paths that differ between two commits.
+    #[command(after_help = "Example:\n  strata diff web/main web/agent-1")]
     Diff {
         /// The older REF.
         #[arg(value_name = "REF")]
@@ -64,6 +68,7 @@ pub enum Command {
         to: String,
     },
     /// List a directory (or show one entry) of a commit without exporting it.
+    #[command(after_help = "Example:\n  strata ls web/main src")]
     Ls {
         #[arg(value_name = "REF")]
         reference: String,
@@ -71,6 +76,7 @@ pub enum Command {
         path: Option<OsString>,
     },
     /// Write a file of a commit to stdout, byte for byte.
+    #[command(after_help = "Example:\n  strata cat web/main src/index.html")]
     Cat {
         #[arg(value_name = "REF")]
         reference: String,
@@ -78,6 +84,7 @@ pub enum Command {
         path: OsString,
     },
     /// Materialize a commit into a directory.
+    #[command(after_help = "Example:\n  strata export web/main ./out")]
     Export {
         #[arg(value_name = "REF")]
         reference: String,
@@ -88,33 +95,72 @@ pub enum Command {
         force: bool,
     },
     /// Object counts and sizes of the Store.
+    #[command(after_help = "Example:\n  strata stats --json")]
     Stats,
     /// Re-hash every object and check every reachable reference.
+    #[command(after_help = "Example:\n  strata fsck")]
     Fsck,
     /// Delete objects no branch or pin reaches.
+    #[command(after_help = "Example:\n  strata gc")]
     Gc,
-    /// Run a self-checking demo in a fresh temporary Store (ignores --store).
+    /// A self-checking tour in a fresh temporary Store (ignores --store):
+    /// two Sandboxes on two branches side by side (root), or the Store and
+    /// rootless parts this machine allows; exits 0 when every check passes.
+    #[command(after_help = "Example:\n  cargo run --release -p strata-cli -- demo")]
     Demo,
     /// Run one command on a Workspace of a branch, with no root: the
     /// Workspace appears at $STRATA_ROOT for that command only; its changes
     /// are committed with --commit, discarded otherwise. Exits with the
     /// command's status (a signal as 128+N); 125 if strata itself fails.
+    #[command(after_help = "Example:\n  strata run web/main --commit -m \"build\" -- make")]
     Run(crate::run::RunArgs),
     /// Mount a Workspace of a branch on the host (needs root); prints its ID.
+    #[command(after_help = "Example:\n  strata mount web/agent-1 ./mnt")]
     Mount(crate::mount::MountArgs),
-    /// Status, commit and unmount of host-mounted Workspaces.
+    /// Workspaces on the host and in Sandboxes: mount (in a Sandbox), list,
+    /// status, commit, unmount.
     #[command(subcommand)]
     Ws(crate::mount::WsCmd),
-    /// Create, list, inspect and remove Sandboxes; mount, commit and
-    /// unmount Workspaces in them (needs root).
+    /// Create, list, inspect, tail and remove Sandboxes (needs root).
     #[command(subcommand)]
     Sandbox(crate::sandbox::SandboxCmd),
     /// Run one command in a Workspace of a Sandbox: forwards stdin (EOF
     /// included), streams stdout and stderr, exits with the command's code
-    /// (a signal as 128+N); 125 if strata itself fails.
-    Exec(crate::sandbox::ExecArgs),
-    /// Report what this host offers strata, as KEY=VALUE lines.
-    Probe,
+    /// (a signal as 128+N; 130 after Ctrl-C cancelled it); 125 if strata
+    /// itself fails. `exec logs|wait|cancel EXEC` handle detached execs.
+    #[command(
+        after_help = "Examples:\n  strata exec $WS -- sh -c 'make && make test'\n  echo data | strata exec $WS --env LANG=C -- wc -c\n  strata exec --tty $WS -- bash\n  EX=$(strata exec --detach $WS -- ./long-job)\n  strata exec logs --follow $EX; strata exec wait $EX; strata exec cancel $EX"
+    )]
+    Exec(crate::exec::ExecCmd),
+    /// Same as `strata exec logs`.
+    #[command(name = "exec-logs", hide = true)]
+    ExecLogs(crate::exec::LogsArgs),
+    /// Same as `strata exec wait`.
+    #[command(name = "exec-wait", hide = true)]
+    ExecWait(crate::exec::ExecIdArg),
+    /// Same as `strata exec cancel`.
+    #[command(name = "exec-cancel", hide = true)]
+    ExecCancel(crate::exec::ExecIdArg),
+    /// Report what this host offers strata, as KEY=VALUE lines (each failing
+    /// line says why and what to do).
+    #[command(after_help = "Examples:\n  strata probe\n  strata probe --self-check --json")]
+    Probe(crate::probe::ProbeArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  strata completions bash > /etc/bash_completion.d/strata\n  strata completions zsh > ~/.zfunc/_strata\n  strata completions fish > ~/.config/fish/completions/strata.fish"
+    )]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `strata completions SHELL`: the script on stdout.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<std::process::ExitCode> {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "strata", &mut std::io::stdout());
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]
@@ -130,6 +176,7 @@ pub struct InitArgs {
 #[derive(Debug, Subcommand)]
 pub enum ProjectCmd {
     /// Create a project with a `main` branch (empty, or imported from --from).
+    #[command(after_help = "Example:\n  strata project create web --from ./site -m \"import\"")]
     Create {
         /// The project name: [a-z0-9][a-z0-9._-]{0,62}, no "..".
         name: String,
@@ -141,12 +188,14 @@ pub enum ProjectCmd {
         message: Option<String>,
     },
     /// List projects and their branches.
+    #[command(after_help = "Example:\n  strata project list --json")]
     List,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum BranchCmd {
     /// Fork a branch from a commit in O(1).
+    #[command(after_help = "Example:\n  strata branch create web/agent-1 --from web/main")]
     Create {
         /// PROJECT/NAME
         branch: String,
@@ -155,8 +204,10 @@ pub enum BranchCmd {
         from: Option<String>,
     },
     /// List branches (of one project, or all).
+    #[command(after_help = "Example:\n  strata branch list web")]
     List { project: Option<String> },
     /// Delete a branch (its commits stay until gc).
+    #[command(after_help = "Example:\n  strata branch delete web/agent-1")]
     Delete {
         /// PROJECT/NAME
         branch: String,

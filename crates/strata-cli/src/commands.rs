@@ -108,8 +108,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Mount(a) => return crate::mount::mount(&ctx, a),
         Command::Ws(c) => return crate::mount::ws(&ctx, c),
         Command::Sandbox(c) => return crate::sandbox::sandbox(&ctx, c),
-        Command::Exec(a) => return crate::sandbox::exec(&ctx, a),
-        Command::Probe => return crate::sandbox::probe(&ctx),
+        Command::Exec(a) => return crate::exec::exec(&ctx, a),
+        Command::ExecLogs(a) => return crate::exec::sub(&ctx, crate::exec::ExecSub::Logs(a)),
+        Command::ExecWait(a) => return crate::exec::sub(&ctx, crate::exec::ExecSub::Wait(a)),
+        Command::ExecCancel(a) => return crate::exec::sub(&ctx, crate::exec::ExecSub::Cancel(a)),
+        Command::Probe(a) => return crate::probe::probe(&ctx, a),
+        Command::Completions { shell } => return crate::cli::completions(shell),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -344,11 +348,12 @@ fn diff(ctx: &Ctx, from: &str, to: &str) -> Result<()> {
                 .iter()
                 .map(|c| {
                     let tag = match c.kind {
-                        strata_store::ChangeKind::Added => 'A',
-                        strata_store::ChangeKind::Modified => 'M',
-                        strata_store::ChangeKind::Deleted => 'D',
-                        strata_store::ChangeKind::TypeChanged => 'T',
+                        strata_store::ChangeKind::Added => "A",
+                        strata_store::ChangeKind::Modified => "M",
+                        strata_store::ChangeKind::Deleted => "D",
+                        strata_store::ChangeKind::TypeChanged => "T",
                     };
+                    let tag = crate::output::paint_change(tag);
                     format!("{tag}\t{}\n", lossy(&c.path))
                 })
                 .collect()

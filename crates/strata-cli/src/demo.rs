@@ -1,6 +1,9 @@
-//! `strata demo`: a self-checking tour of the Store in a fresh temporary
-//! directory. Every step prints what it did and how long it took; the exit
-//! status is 0 only if every check passed.
+//! `strata demo`: a self-checking tour in a fresh temporary directory: the
+//! Store (import, fork, snapshot, diff, log, export, stats, fsck, gc) and,
+//! with root and /dev/fuse, two Sandboxes working on two branches side by
+//! side (`demo_sandbox.rs`); without them it says what is missing and runs
+//! the Store part. Every step prints what it did and how long it took; the
+//! exit status is 0 only if every check passed.
 
 use crate::commands::Ctx;
 use crate::output::{human_bytes, lossy, print_json};
@@ -17,17 +20,45 @@ const BIG: usize = 8 << 20;
 const DIRS: usize = 20;
 const FILES_PER_DIR: usize = 25;
 
-struct Demo {
+pub(crate) struct Demo {
     json: bool,
     steps: Vec<Value>,
 }
 
 /// A step failed; its error has been printed and recorded already.
 #[derive(Debug)]
-struct Failed;
+pub(crate) struct Failed;
 
 impl Demo {
-    fn step<T>(
+    /// A line of narration under the last step (text mode only).
+    pub(crate) fn note(&mut self, text: &str) {
+        if !self.json {
+            println!("       {text}");
+        }
+        if let Some(Value::Object(last)) = self.steps.last_mut() {
+            let notes = last.entry("notes").or_insert_with(|| json!([]));
+            if let Value::Array(a) = notes {
+                a.push(json!(text));
+            }
+        }
+    }
+
+    /// A step that was skipped, and why (not a failure).
+    fn skip(&mut self, name: &str, why: &str) {
+        if !self.json {
+            println!("[skip] {name:<60} {why}");
+        }
+        self.steps
+            .push(json!({"step": name, "ok": true, "skipped": true, "detail": why}));
+    }
+
+    /// Record a failure that happened outside a step.
+    pub(crate) fn fail<T>(&mut self, name: &str, e: &anyhow::Error) -> Result<T, Failed> {
+        self.step(name, || -> Result<((), String)> { Err(anyhow!("{e:#}")) })?;
+        Err(Failed)
+    }
+
+    pub(crate) fn step<T>(
         &mut self,
         name: &str,
         f: impl FnOnce() -> Result<(T, String)>,
@@ -67,7 +98,11 @@ pub fn run(ctx: &Ctx) -> Result<ExitCode> {
     if ctx.json {
         print_json(&json!({"ok": ok, "total_ms": total_ms, "steps": d.steps}))?;
     } else if ok {
-        println!("all {} checks passed in {total_ms:.0} ms", d.steps.len());
+        println!(
+            "all {} checks passed in {}",
+            d.steps.len(),
+            crate::output::human_duration(t.elapsed())
+        );
     } else {
         println!("the demo FAILED (see the step marked FAIL above)");
     }
@@ -181,6 +216,13 @@ fn steps(d: &mut Demo, tmp: &Path, allow_any_fs: bool) -> Result<(), Failed> {
         ensure!(h == c1, "demo/main moved to {h}");
         Ok(((), format!("still at {}", c1.short())))
     })?;
+    match crate::demo_sandbox::missing() {
+        None => crate::demo_sandbox::steps(d, &store, c1)?,
+        Some(why) => d.skip(
+            "two Sandboxes on two branches",
+            &format!("needs {why}; ran the Store part only (try: sudo strata demo)"),
+        ),
+    }
     d.step("read 10 bytes of a file without exporting", || {
         let e = store
             .read_path(c2, b"data/big.bin")?
@@ -283,7 +325,22 @@ fn generate(src: &Path) -> Result<u64> {
     files += 4;
     std::os::unix::fs::symlink("README.md", src.join("readme-link"))?;
     std::os::unix::fs::symlink("/etc/hostname", src.join("outside-link"))?;
+    if crate::demo_sandbox::missing().is_none() {
+        // The Sandbox agents run as uid 1500 and edit files in place: the
+        // project is theirs, as a checkout is its developer's.
+        chown_tree(src, crate::demo_sandbox::AGENT_UID)?;
+    }
     Ok(files)
+}
+
+fn chown_tree(p: &Path, id: u32) -> Result<()> {
+    std::os::unix::fs::lchown(p, Some(id), Some(id))?;
+    if p.is_dir() && !p.is_symlink() {
+        for e in std::fs::read_dir(p)? {
+            chown_tree(&e?.path(), id)?;
+        }
+    }
+    Ok(())
 }
 
 fn edit(src: &Path) -> Result<()> {

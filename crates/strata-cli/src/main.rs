@@ -6,8 +6,11 @@
 mod cli;
 mod commands;
 mod demo;
+mod demo_sandbox;
+mod exec;
 mod mount;
 mod output;
+mod probe;
 mod progress;
 mod read;
 mod run;

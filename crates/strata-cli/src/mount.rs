@@ -1,14 +1,19 @@
-//! `strata mount` and `strata ws ...`: Workspaces mounted on the host. The
-//! serving process is the strata daemon (the same program a Sandbox runs),
-//! reached over its 0600 Unix socket; all of it is in `strata_sdk::host`.
+//! `strata mount` and `strata ws ...`: Workspaces mounted on the host
+//! (served by the strata daemon, the same program a Sandbox runs, reached
+//! over its 0600 Unix socket; all of it in `strata_sdk::host`) and
+//! Workspaces mounted in Sandboxes (`strata ws mount SANDBOX REF`, over
+//! `strata_sdk::Sandbox`). `ws status|commit|unmount WS` look for a host
+//! mount first, then ask the running Sandboxes (IDs are unique).
 
 use crate::commands::Ctx;
+use crate::sandbox::state_dir;
 use anyhow::{anyhow, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use strata_sdk::host::{self, HostDirs, HostMountOptions};
+use strata_sdk::{CommitOutcome, Sandbox, SandboxFilter, Workspace as SdkWorkspace};
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
@@ -27,24 +32,46 @@ pub struct MountArgs {
     pub foreground: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct WsMountArgs {
+    /// The Sandbox ID.
+    pub sandbox: String,
+    /// PROJECT/BRANCH to project.
+    #[arg(value_name = "REF")]
+    pub reference: String,
+    /// Mount path inside the Sandbox.
+    #[arg(long, value_name = "PATH", default_value = strata_sdk::DEFAULT_MOUNT)]
+    pub at: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WsCmd {
-    /// List the Workspaces mounted on this host by this user.
+    /// List the Workspaces mounted on this host by this user and in the
+    /// running Sandboxes.
+    #[command(after_help = "Example:\n  strata ws list --json")]
     List,
+    /// Mount branch REF as a Workspace in a Sandbox; prints the Workspace ID.
+    #[command(
+        after_help = "Example:\n  WS=$(strata ws mount $SB web/agent-1)\n  strata exec $WS -- make test"
+    )]
+    Mount(WsMountArgs),
     /// Paths added, modified, deleted or changed in type since the base.
+    #[command(after_help = "Example:\n  strata ws status $WS")]
     Status { workspace: String },
     /// Publish the changes as the next commit on the branch; the mount
     /// continues from the new head.
+    #[command(after_help = "Example:\n  strata ws commit $WS -m \"fix the build\"")]
     Commit {
         workspace: String,
         #[arg(short, long)]
         message: String,
-        /// Commit a Workspace whose serving process died, from its scratch
-        /// directory (no mount needed).
+        /// Commit a host Workspace whose serving process died, from its
+        /// scratch directory (no mount needed).
         #[arg(long)]
         offline: bool,
     },
     /// Unmount; refuses while there are uncommitted changes unless --discard.
+    #[command(after_help = "Example:\n  strata ws unmount $WS --discard")]
     Unmount {
         workspace: String,
         /// Drop uncommitted changes.
@@ -102,35 +129,108 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where a Workspace ID lives: a host mount, or a Sandbox.
+enum Found {
+    Host(host::HostMount),
+    Sandbox(Box<(Sandbox, SdkWorkspace)>),
+}
+
+async fn find(dirs: &HostDirs, id: &str) -> Result<Found> {
+    match host::find(dirs, id) {
+        Ok(m) => Ok(Found::Host(m)),
+        Err(strata_sdk::Error::NotFound { .. }) => {
+            match Sandbox::find_workspace(id, state_dir()).await {
+                Ok(x) => Ok(Found::Sandbox(Box::new(x))),
+                Err(strata_sdk::Error::NotFound { .. }) => Err(anyhow!(
+                    "no Workspace {id} is mounted on this host or in a running Sandbox; list them with `strata ws list`"
+                )),
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A lost commit race says what won and how to go on (the Workspace still
+/// holds the work; it cannot be rebased onto the new head).
+fn conflict(e: strata_sdk::Error, ws: &str, branch: &str, sandbox: Option<&str>) -> anyhow::Error {
+    match e {
+        strata_sdk::Error::Conflict { actual_head, .. } => {
+            let remount = match sandbox {
+                Some(sb) => format!("strata ws mount {sb} {branch}"),
+                None => format!("strata mount {branch} MOUNTPOINT"),
+            };
+            anyhow!(
+                "commit of workspace {ws} lost a race: {branch} is now at {actual_head} (another commit won); nothing was published. Your changes are still in the Workspace: copy out what you need, then continue from the new head with `strata ws unmount {ws} --discard` and `{remount}`"
+            )
+        }
+        e => e.into(),
+    }
+}
+
+pub async fn ws_mount(ctx: &Ctx, a: WsMountArgs) -> Result<()> {
+    let sb = crate::sandbox::open(&a.sandbox).await?;
+    let ws = sb.mount(&a.reference, Some(&a.at)).await?;
+    let (id, path) = (ws.id().to_string(), ws.path().to_string());
+    ctx.emit(
+        json!({"workspace": id, "path": path, "sandbox": sb.id(), "branch": ws.branch(), "base": ws.base()}),
+        || id.clone(),
+    )
+}
+
 pub fn ws(ctx: &Ctx, cmd: WsCmd) -> Result<ExitCode> {
     let dirs = HostDirs::for_user();
-    let rt = runtime()?;
+    let rt = crate::sandbox::runtime()?;
+    rt.block_on(ws_async(ctx, &dirs, cmd))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
     match cmd {
+        WsCmd::Mount(a) => ws_mount(ctx, a).await,
         WsCmd::List => {
             // Probing a daemon connects to its socket: do it once per mount.
-            let all: Vec<_> = host::list(&dirs)?
+            let mut rows: Vec<serde_json::Value> = host::list(dirs)?
                 .into_iter()
                 .map(|m| {
                     let alive = m.alive();
-                    (m, alive)
-                })
-                .collect();
-            let v: Vec<_> = all
-                .iter()
-                .map(|(m, alive)| {
-                    json!({"workspace": m.workspace, "mountpoint": m.mountpoint,
+                    json!({"workspace": m.workspace, "sandbox": null, "mountpoint": m.mountpoint,
                            "branch": m.branch, "alive": alive, "pid": m.pid})
                 })
                 .collect();
-            ctx.emit(json!(v), || {
-                all.iter()
-                    .map(|(m, alive)| {
+            // Sandboxes the caller cannot see (e.g. root's, for a user)
+            // are not an error for a listing.
+            let list = Sandbox::list(SandboxFilter {
+                state_dir: state_dir(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_default();
+            for info in list {
+                let Ok(sb) = Sandbox::open_in(info.id.as_str(), state_dir()).await else {
+                    continue;
+                };
+                for w in sb.workspaces().await.unwrap_or_default() {
+                    rows.push(
+                        json!({"workspace": w.id(), "sandbox": sb.id(), "mountpoint": w.path(),
+                                     "branch": w.branch(), "alive": true, "pid": null}),
+                    );
+                }
+            }
+            ctx.emit(json!(rows), || {
+                rows.iter()
+                    .map(|r| {
+                        let s = |k: &str| r[k].as_str().unwrap_or("-").to_string();
                         format!(
-                            "{}  {}  {}{}",
-                            m.workspace,
-                            m.branch,
-                            m.mountpoint.display(),
-                            if *alive {
+                            "{}  {}  {}{}{}",
+                            s("workspace"),
+                            s("branch"),
+                            s("mountpoint"),
+                            match r["sandbox"].as_str() {
+                                Some(sb) => format!("  (in {sb})"),
+                                None => String::new(),
+                            },
+                            if r["alive"] == true {
                                 ""
                             } else {
                                 "  (serving process died)"
@@ -139,67 +239,106 @@ pub fn ws(ctx: &Ctx, cmd: WsCmd) -> Result<ExitCode> {
                     })
                     .collect::<Vec<_>>()
                     .join("\n")
-            })?;
+            })
         }
         WsCmd::Status { workspace } => {
-            let m = host::find(&dirs, &workspace)?;
-            let st = rt.block_on(host::status(&dirs, &m))?;
-            let v: Vec<_> = st
-                .changes
+            let (base, sandbox, changes): (String, Option<String>, Vec<(String, String)>) =
+                match find(dirs, &workspace).await? {
+                    Found::Host(m) => {
+                        let st = host::status(dirs, &m).await?;
+                        let c = st.changes.into_iter().map(|c| (c.path, c.kind)).collect();
+                        (st.base, None, c)
+                    }
+                    Found::Sandbox(x) => {
+                        let (sb, ws) = *x;
+                        let c = ws.status().await?;
+                        let c = c
+                            .into_iter()
+                            .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind))
+                            .collect();
+                        (ws.base().to_string(), Some(sb.id().to_string()), c)
+                    }
+                };
+            let v: Vec<_> = changes
                 .iter()
-                .map(|c| json!({"path": c.path, "kind": c.kind}))
+                .map(|(p, k)| json!({"path": p, "kind": k}))
                 .collect();
             ctx.emit(
-                json!({"workspace": workspace, "base": st.base, "changes": v}),
+                json!({"workspace": workspace, "sandbox": sandbox, "base": base, "changes": v}),
                 || {
-                    if st.changes.is_empty() {
+                    if changes.is_empty() {
                         "no changes".to_string()
                     } else {
-                        st.changes
+                        changes
                             .iter()
-                            .map(|c| format!("{:<12} {}", c.kind, c.path))
+                            .map(|(p, k)| format!("{} {p}", crate::output::paint_change(k)))
                             .collect::<Vec<_>>()
                             .join("\n")
                     }
                 },
-            )?;
+            )
         }
         WsCmd::Commit {
             workspace,
             message,
             offline,
         } => {
-            let m = host::find(&dirs, &workspace)?;
-            let store = ctx.store_path()?.to_path_buf();
-            let (committed, id) = if offline {
-                match host::commit_offline(&store, &dirs, &m, &message, ctx.allow_any_fs)? {
-                    strata_workspace::CommitOutcome::Committed(c) => (true, c.to_hex()),
-                    strata_workspace::CommitOutcome::UpToDate => (false, String::new()),
+            let (branch, commit, committed) = match find(dirs, &workspace).await? {
+                Found::Host(m) if offline => {
+                    let store = ctx.store_path()?.to_path_buf();
+                    let out = host::commit_offline(&store, dirs, &m, &message, ctx.allow_any_fs)
+                        .map_err(|e| conflict(e, &workspace, &m.branch, None))?;
+                    match out {
+                        strata_workspace::CommitOutcome::Committed(c) => {
+                            (m.branch, Some(c.to_hex()), true)
+                        }
+                        strata_workspace::CommitOutcome::UpToDate => (m.branch, None, false),
+                    }
                 }
-            } else {
-                let r = rt.block_on(host::commit(&dirs, &m, &message))?;
-                (r.outcome == "committed", r.commit)
+                Found::Host(m) => {
+                    let r = host::commit(dirs, &m, &message)
+                        .await
+                        .map_err(|e| conflict(e, &workspace, &m.branch, None))?;
+                    (m.branch, Some(r.commit), r.outcome == "committed")
+                }
+                Found::Sandbox(_) if offline => {
+                    return Err(anyhow!(
+                        "--offline is for host Workspaces whose serving process died; workspace {workspace} is served by a running Sandbox: commit it without --offline"
+                    ))
+                }
+                Found::Sandbox(x) => {
+                    let (sb, ws) = *x;
+                    let out = ws
+                        .commit(&message)
+                        .await
+                        .map_err(|e| conflict(e, &workspace, ws.branch(), Some(sb.id())))?;
+                    let committed = matches!(out, CommitOutcome::Committed(_));
+                    (ws.branch().to_string(), Some(out.commit().to_string()), committed)
+                }
             };
-            if committed {
-                ctx.emit(json!({"commit": id}), || {
-                    format!("committed {id} on {}", m.branch)
-                })?;
-            } else {
-                ctx.emit(json!({"up_to_date": true}), || {
-                    "up to date: nothing to commit".into()
-                })?;
-            }
+            ctx.emit(
+                json!({"workspace": workspace, "branch": branch, "commit": commit, "committed": committed}),
+                || match (&commit, committed) {
+                    (Some(c), true) => format!("committed {c} on {branch}"),
+                    _ => format!("up to date: nothing to commit on {branch}"),
+                },
+            )
         }
         WsCmd::Unmount { workspace, discard } => {
-            let m = host::find(&dirs, &workspace)?;
-            let store = ctx.store_path()?.to_path_buf();
-            rt.block_on(host::unmount(&store, &dirs, &m, discard, ctx.allow_any_fs))
-                .map_err(|e| anyhow!(e))?;
+            match find(dirs, &workspace).await? {
+                Found::Host(m) => {
+                    let store = ctx.store_path()?.to_path_buf();
+                    host::unmount(&store, dirs, &m, discard, ctx.allow_any_fs).await?;
+                }
+                Found::Sandbox(x) => {
+                    let (_sb, ws) = *x;
+                    ws.unmount(discard).await?;
+                }
+            }
             ctx.emit(
                 json!({"workspace": workspace, "unmounted": true, "discarded": discard}),
                 || format!("unmounted {workspace}"),
-            )?;
+            )
         }
     }
-    Ok(ExitCode::SUCCESS)
 }

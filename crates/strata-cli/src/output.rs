@@ -212,3 +212,42 @@ mod tests {
         assert_eq!(human_bytes(32 << 20), "32.00 MiB");
     }
 }
+
+/// Colours (ANSI) only when stdout is a terminal and NO_COLOR is unset
+/// (https://no-color.org): pipes and `--json` never get escape codes.
+pub fn colour() -> bool {
+    use std::io::IsTerminal;
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+}
+
+/// A change kind (`added`, `modified`, `deleted`, `type_changed`, or the
+/// one-letter A/M/D/T of `diff`), padded, coloured on a terminal.
+pub fn paint_change(kind: &str) -> String {
+    let width = if kind.len() == 1 { 1 } else { 12 };
+    let s = format!("{kind:<width$}");
+    if !colour() {
+        return s;
+    }
+    let c = match kind {
+        "added" | "A" => "32",
+        "deleted" | "D" => "31",
+        "modified" | "M" => "33",
+        _ => "36",
+    };
+    format!("\x1b[{c}m{s}\x1b[0m")
+}
+
+/// A duration for people: `850 µs`, `12.3 ms`, `1.52 s`, `2 min 5 s`.
+pub fn human_duration(d: std::time::Duration) -> String {
+    let us = d.as_micros();
+    if us < 1000 {
+        format!("{us} µs")
+    } else if us < 1_000_000 {
+        format!("{:.1} ms", us as f64 / 1000.0)
+    } else if d.as_secs() < 60 {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}

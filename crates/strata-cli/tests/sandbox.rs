@@ -1,97 +1,12 @@
-//! `strata sandbox ...`, `strata exec` and `strata probe` through the real
-//! binary (root with /dev/fuse and namespaces; CI runs as root). The
-//! Sandbox records go to a private state root (STRATA_SANDBOX_STATE under
-//! /var/tmp: a Sandbox has its own /tmp, so the root cannot be there).
+//! `strata sandbox ...`, `strata ws ...` on Sandbox Workspaces, `strata
+//! exec` and `strata probe` through the real binary (root with /dev/fuse
+//! and namespaces; CI runs as root). Detached execs, --tty, Ctrl-C and
+//! rootfs are in `sandbox_exec.rs`; the fixture in `common/sb.rs`.
 
 mod common;
 
-use common::{write, Env, BIN};
-use serde_json::Value;
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
-struct Sb {
-    env: Env,
-    state: tempfile::TempDir,
-}
-
-impl Sb {
-    fn new() -> Sb {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "Sandboxes need root (namespaces, mount(2), /dev/fuse); CI runs as root"
-        );
-        assert!(
-            std::path::Path::new("/dev/fuse").exists(),
-            "Sandboxes need /dev/fuse; CI provides it"
-        );
-        let env = Env::new();
-        let state = tempfile::Builder::new()
-            .prefix("strata-cli-sb-state-")
-            .tempdir_in("/var/tmp")
-            .expect("state dir under /var/tmp");
-        Sb { env, state }
-    }
-
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.env_remove("STRATA_STORE")
-            .env("STRATA_SANDBOX_STATE", self.state.path())
-            .arg("--store")
-            .arg(&self.env.store)
-            .args(args);
-        c
-    }
-
-    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Output {
-        let mut c = self.cmd(args);
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        c.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-        let mut child = c.spawn().expect("run strata");
-        if let Some(data) = stdin {
-            let mut si = child.stdin.take().unwrap();
-            si.write_all(data).unwrap();
-            drop(si);
-        }
-        child.wait_with_output().unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> Vec<u8> {
-        let out = self.run(args, None);
-        assert!(
-            out.status.success(),
-            "strata {args:?}: {:?}\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = vec!["--json"];
-        a.extend_from_slice(args);
-        let out = self.ok(&a);
-        serde_json::from_slice(&out).unwrap_or_else(|e| {
-            panic!(
-                "strata {a:?}: bad JSON ({e}): {}",
-                String::from_utf8_lossy(&out)
-            )
-        })
-    }
-}
-
-/// Removes the Sandbox if the test fails half way.
-struct Rm<'a>(&'a Sb, String);
-impl Drop for Rm<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.run(&["sandbox", "rm", &self.1], None);
-    }
-}
+use common::sb::{text, Rm, Sb};
+use common::write;
 
 #[test]
 fn sandbox_create_list_mount_exec_commit_rm() {
@@ -128,8 +43,8 @@ fn sandbox_create_list_mount_exec_commit_rm() {
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     let list = sb.json(&["sandbox", "list", "--label", "suite=other"]);
     assert_eq!(list.as_array().unwrap().len(), 0, "{list}");
-    let text = String::from_utf8(sb.ok(&["sandbox", "list"])).unwrap();
-    assert!(text.contains(&id), "{text}");
+    let listed = text(&sb.ok(&["sandbox", "list"]));
+    assert!(listed.contains(&id), "{listed}");
 
     let inspect = sb.json(&["sandbox", "inspect", &id]);
     assert_eq!(inspect["running"], true, "{inspect}");
@@ -137,7 +52,7 @@ fn sandbox_create_list_mount_exec_commit_rm() {
 
     // Mount a branch.
     sb.ok(&["branch", "create", "p/agent"]);
-    let m = sb.json(&["sandbox", "mount", &id, "p/agent"]);
+    let m = sb.json(&["ws", "mount", &id, "p/agent"]);
     let ws = m["workspace"].as_str().expect("workspace id").to_string();
     assert_eq!(m["path"], "/workspace", "{m}");
 
@@ -145,7 +60,6 @@ fn sandbox_create_list_mount_exec_commit_rm() {
     let out = sb.run(
         &[
             "exec",
-            &id,
             &ws,
             "--no-stdin",
             "--",
@@ -165,14 +79,13 @@ fn sandbox_create_list_mount_exec_commit_rm() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
 
     // A signal comes back as 128+N.
-    let out = sb.run(&["exec", &id, &ws, "--", "sh", "-c", "kill -9 $$"], None);
+    let out = sb.run(&["exec", &ws, "--", "sh", "-c", "kill -9 $$"], None);
     assert_eq!(out.status.code(), Some(137));
 
     // --env, --cwd and the file the command writes.
-    sb.ok(&["exec", &id, &ws, "--", "mkdir", "d"]);
+    sb.ok(&["exec", &ws, "--", "mkdir", "d"]);
     let out = sb.ok(&[
         "exec",
-        &id,
         &ws,
         "--env",
         "GREETING=hi there",
@@ -187,37 +100,70 @@ fn sandbox_create_list_mount_exec_commit_rm() {
 
     // stdin reaches the command, and its EOF ends it.
     let data: Vec<u8> = (0..200_000u32).flat_map(|i| i.to_le_bytes()).collect();
-    let out = sb.run(&["exec", &id, &ws, "--", "cat"], Some(&data));
+    let out = sb.run(&["exec", &ws, "--", "cat"], Some(&data));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(out.stdout.len(), data.len());
     assert!(out.stdout == data, "cat echoed different bytes");
     // --no-stdin: EOF at once.
-    let out = sb.run(&["exec", &id, &ws, "--no-stdin", "--", "wc", "-c"], None);
+    let out = sb.run(&["exec", &ws, "--no-stdin", "--", "wc", "-c"], None);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
 
     // A command that cannot start is strata's failure (125), not 127.
-    let out = sb.run(&["exec", &id, &ws, "--", "/no/such/binary"], None);
+    let out = sb.run(&["exec", &ws, "--", "/no/such/binary"], None);
     assert_eq!(out.status.code(), Some(125), "{out:?}");
 
     // Status, commit, read back from the Store.
-    let st = sb.json(&["sandbox", "status", &id, &ws]);
+    let st = sb.json(&["ws", "status", &ws]);
+    assert_eq!(st["sandbox"], id.as_str(), "{st}");
     assert!(
-        st.as_array()
+        st["changes"]
+            .as_array()
             .unwrap()
             .iter()
-            .any(|c| c["path"] == "d/f.txt"),
+            .any(|c| c["path"] == "d/f.txt" && c["kind"] == "added"),
         "{st}"
     );
-    let c = sb.json(&["sandbox", "commit", &id, &ws, "-m", "from the sandbox"]);
+    // Unmount and rm refuse to drop uncommitted work...
+    let out = sb.run(&["ws", "unmount", &ws], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("uncommitted"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = sb.run(&["sandbox", "rm", &id], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(text(&out.stderr).contains(&ws), "{}", text(&out.stderr));
+    // ...and the work is still there to commit.
+    let c = sb.json(&["ws", "commit", &ws, "-m", "from the sandbox"]);
     assert_eq!(c["committed"], true, "{c}");
+    assert_eq!(c["branch"], "p/agent", "{c}");
+    let head = String::from_utf8(sb.ok(&["--json", "log", "p/agent", "-n", "1"])).unwrap();
+    assert!(head.contains(c["commit"].as_str().unwrap()), "{head}");
     let cat = sb.ok(&["cat", "p/agent", "d/f.txt"]);
     assert_eq!(cat, b"hi there\n");
     assert_eq!(sb.ok(&["cat", "p/agent", "hello.txt"]), b"hello\n");
+    // Owned by the command's uid in the committed tree.
+    let ls = sb.json(&["ls", "p/agent", "d"]);
+    assert_eq!(ls[0]["name"], "f.txt", "{ls}");
+    assert_eq!(ls[0]["uid"], 1500, "{ls}");
+    assert_eq!(ls[0]["gid"], 1500, "{ls}");
+    let c = sb.json(&["ws", "commit", &ws, "-m", "nothing new"]);
+    assert_eq!(c["committed"], false, "{c}");
 
     let logs = sb.ok(&["sandbox", "logs", &id, "--tail", "20"]);
     assert!(!logs.is_empty(), "empty daemon log");
 
-    sb.ok(&["sandbox", "unmount", &id, &ws]);
+    let wl = sb.json(&["ws", "list"]);
+    assert!(
+        wl.as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["workspace"] == ws.as_str() && w["sandbox"] == id.as_str()),
+        "{wl}"
+    );
+    let u = sb.json(&["ws", "unmount", &ws]);
+    assert_eq!(u["unmounted"], true, "{u}");
     let rm = sb.json(&["sandbox", "rm", &id]);
     assert_eq!(rm["removed"], id.as_str());
     let list = sb.json(&["sandbox", "list"]);
@@ -252,11 +198,119 @@ fn probe_prints_key_value_lines_and_json() {
         "cgroup",
         "dev_kvm",
         "rootless",
+        "fuse_passthrough",
+        "store_fs",
+        "tmp_fs",
+        "allow_other_mount",
+        "privilege_split",
     ] {
         assert!(keys.contains(&k), "no {k} in:\n{text}");
     }
     assert!(text.contains("euid=0\n"), "{text}");
+    // The live check ran (root, /dev/fuse) and the split holds.
+    assert!(text.contains("\nallow_other_mount=yes"), "{text}");
+    assert!(
+        text.contains("\nprivilege_split=holds: uid 1500:1500, CapEff=0000000000000000"),
+        "{text}"
+    );
+    // This kernel (6.18) and a root server: passthrough is on.
+    assert!(text.contains("\nfuse_passthrough=on"), "{text}");
+    let skipped = String::from_utf8(sb.ok(&["probe", "--no-self-check"])).unwrap();
+    assert!(!skipped.contains("privilege_split"), "{skipped}");
     let j = sb.json(&["probe"]);
     assert_eq!(j["euid"], "0", "{j}");
     assert_eq!(j["dev_fuse"], "present", "{j}");
+}
+
+/// Issue 4's two Sandboxes at once, through the CLI: each command sees its
+/// own Workspace at /workspace and nothing of the other's, the host sees
+/// neither mount, the Store is hidden from commands, and each Sandbox's
+/// commit lands on its own branch with files owned by 1500:1500.
+#[test]
+fn two_sandboxes_each_see_only_their_own_workspace() {
+    let sb = Sb::with_project(&[("base.txt", b"base\n")]);
+    sb.ok(&["branch", "create", "p/a"]);
+    sb.ok(&["branch", "create", "p/b"]);
+    let (ida, idb) = (sb.create(&[]), sb.create(&[]));
+    let (_ra, _rb) = (Rm(&sb, ida.clone()), Rm(&sb, idb.clone()));
+    let (wa, wb) = (sb.mount(&ida, "p/a"), sb.mount(&idb, "p/b"));
+    assert_ne!(wa, wb);
+
+    for (ws, name) in [(&wa, "from-a"), (&wb, "from-b")] {
+        let out = sb.sh(
+            ws,
+            &format!("echo {name} > /workspace/{name}.txt && ls /workspace"),
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let la = text(&sb.sh(&wa, "ls -A /workspace").stdout);
+    let lb = text(&sb.sh(&wb, "ls -A /workspace").stdout);
+    assert_eq!(la, "base.txt\nfrom-a.txt\n");
+    assert_eq!(lb, "base.txt\nfrom-b.txt\n");
+    // No other strata mount is visible inside a Sandbox; the host sees none.
+    let ma = text(&sb.sh(&wa, "grep -c 'strata:' /proc/self/mounts").stdout);
+    assert_eq!(ma.trim(), "1", "Sandbox A sees more than its own mount");
+    let host = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    assert!(!host.contains(&format!("strata:{wa}")) && !host.contains(&format!("strata:{wb}")));
+    // The Store is not reachable from a command.
+    let store = sb.env.store.to_str().unwrap().to_string();
+    let out = sb.sh(
+        &wa,
+        &format!("ls -A {store}; cat {store}/* 2>&1 | head -c 100"),
+    );
+    assert!(
+        !text(&out.stdout).contains("SQLite"),
+        "{}",
+        text(&out.stdout)
+    );
+    // Privileges of the command.
+    let st = text(
+        &sb.sh(
+            &wb,
+            "grep -E '^(Uid|CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status",
+        )
+        .stdout,
+    );
+    for want in [
+        "Uid:\t1500",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(st.contains(want), "{want} not in {st}");
+    }
+    for probe in [
+        "umount /workspace",
+        "umount -l /workspace",
+        "unshare -U true",
+        "unshare -Urm true",
+    ] {
+        let out = sb.sh(&wa, probe);
+        assert_ne!(out.status.code(), Some(0), "{probe} succeeded in a Sandbox");
+    }
+
+    for ws in [&wa, &wb] {
+        let c = sb.json(&["ws", "commit", ws, "-m", "work"]);
+        assert_eq!(c["committed"], true, "{c}");
+    }
+    assert_eq!(sb.ok(&["cat", "p/a", "from-a.txt"]), b"from-a\n");
+    assert_eq!(sb.ok(&["cat", "p/b", "from-b.txt"]), b"from-b\n");
+    let diff = sb.json(&["diff", "p/a", "p/b"]);
+    assert_eq!(diff["changes"].as_array().unwrap().len(), 2, "{diff}");
+    for (br, f) in [("p/a", "from-a.txt"), ("p/b", "from-b.txt")] {
+        let e = sb.json(&["ls", br, f]);
+        let e = if e.is_array() { e[0].clone() } else { e };
+        assert_eq!(
+            (e["uid"].as_u64(), e["gid"].as_u64()),
+            (Some(1500), Some(1500)),
+            "{e}"
+        );
+    }
+    for id in [&ida, &idb] {
+        sb.ok(&["sandbox", "rm", id]);
+    }
+    let fsck = sb.json(&["fsck"]);
+    assert_eq!(fsck["ok"], true, "{fsck}");
+    assert_eq!(sb.ok(&["cat", "p/a", "from-a.txt"]), b"from-a\n");
 }

@@ -2,6 +2,8 @@
 //! temporary directory, parse its JSON, and build source trees.
 #![allow(dead_code)]
 
+pub mod sb;
+
 use assert_cmd::Command;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
