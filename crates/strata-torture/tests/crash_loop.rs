@@ -38,6 +38,9 @@ fn crash_child() {
     let Ok(spec) = std::env::var(CHILD_ENV) else {
         return;
     };
+    // libtest has printed "test crash_child ... " without a newline: end
+    // that line so that "done ID" starts one.
+    println!();
     let f: Vec<&str> = spec.split('\t').collect();
     let store = Store::open(std::path::Path::new(f[1]), &StoreOptions::default())
         .expect("child: open the Store");
