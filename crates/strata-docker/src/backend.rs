@@ -3,7 +3,7 @@
 //! done the way it is.
 
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -463,7 +463,9 @@ impl Backend for DockerBackend {
         let (id, dir) =
             made.ok_or_else(|| invalid("sandbox ID", "8 random IDs in a row were taken"))?;
         let setup = || -> Result<Record, BackendError> {
-            mkdir_private(&dir, false)?;
+            // Root-only whatever the umask: commands must not traverse it.
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+                .map_err(state_err("chmod 0700", &dir))?;
             mkdir_private(&dir.join("store"), false)?;
             mkdir_private(&dir.join("scratch"), false)?;
             write_private(
@@ -494,19 +496,29 @@ impl Backend for DockerBackend {
                     ..
                 }) => {
                     let n = req.name.clone().unwrap_or_default();
-                    let owner = self
-                        .engine
-                        .json::<Value>(
+                    // The Engine reserves a name before the container is
+                    // registered, so a concurrent create's container may
+                    // not be inspectable yet: retry briefly.
+                    let mut owner = None;
+                    for _ in 0..50 {
+                        let found = self.engine.json::<Value>(
                             Method::GET,
                             &format!("/containers/{}/json", q(&container::container_name(&n))),
                             None,
-                        )
-                        .ok()
-                        .and_then(|v| {
-                            v["Config"]["Labels"][labels::SANDBOX]
-                                .as_str()
-                                .map(String::from)
-                        });
+                        );
+                        match found {
+                            Ok(v) => {
+                                owner = v["Config"]["Labels"][labels::SANDBOX]
+                                    .as_str()
+                                    .map(String::from);
+                                break;
+                            }
+                            Err(DockerError::Engine { status: 404, .. }) => {
+                                std::thread::sleep(Duration::from_millis(20))
+                            }
+                            Err(_) => break,
+                        }
+                    }
                     return Err(match owner {
                         Some(o) => BackendError::NameTaken {
                             name: n,

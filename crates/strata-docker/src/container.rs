@@ -142,6 +142,9 @@ pub fn create_body(
             "Devices": [{"PathOnHost": DEV_FUSE, "PathInContainer": DEV_FUSE, "CgroupPermissions": "rwm"}],
             "SecurityOpt": [SECURITY_OPT],
             "NetworkMode": network,
+            // Docker's default on a cgroup v1 host is the host's cgroup
+            // namespace; ask for a private one everywhere.
+            "CgroupnsMode": "private",
             // exec: builds run their test binaries from /tmp.
             "Tmpfs": {"/tmp": "rw,nosuid,nodev,exec,mode=1777"},
             "Mounts": mounts,

@@ -276,6 +276,50 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// Import a root filesystem tar as image `repo:tag` (`POST
+    /// /images/create?fromSrc=-`, the API behind `docker import`; no
+    /// registry involved) and return its image ID (`sha256:…`).
+    pub fn import_image(
+        &self,
+        rootfs_tar: Vec<u8>,
+        repo: &str,
+        tag: &str,
+    ) -> Result<String, DockerError> {
+        let path = format!("/images/create?fromSrc=-&repo={}&tag={}", q(repo), q(tag));
+        let r = self.call(
+            Method::POST,
+            &path,
+            Some(("application/x-tar", Bytes::from(rootfs_tar))),
+        )?;
+        // The answer is a stream of JSON progress messages; a failure can
+        // come as an `error` message with status 200.
+        let text = String::from_utf8_lossy(&r.body);
+        let streamed_error = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|v| v["error"].as_str().map(String::from));
+        if !r.status.is_success() || streamed_error.is_some() {
+            return Err(DockerError::Engine {
+                action: format!("POST {path}"),
+                status: r.status.as_u16(),
+                message: streamed_error.unwrap_or_else(|| r.message()),
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct Img {
+            #[serde(rename = "Id")]
+            id: String,
+        }
+        let img: Img = self.json(
+            Method::GET,
+            &format!("/images/{}/json", q(&format!("{repo}:{tag}"))),
+            None,
+        )?;
+        Ok(img.id)
+    }
+}
+
 fn decode<T: DeserializeOwned>(action: &str, body: &[u8]) -> Result<T, DockerError> {
     serde_json::from_slice(body).map_err(|e| DockerError::Protocol {
         action: action.to_string(),
