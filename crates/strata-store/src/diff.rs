@@ -71,8 +71,25 @@ impl Store {
         prefix: &[u8],
         out: &mut Vec<Change>,
     ) -> Result<()> {
+        self.diff_trees_in(a, b, prefix, out, &[])
+    }
+
+    /// `ancestors`: the tree pairs above; a damaged Store can hold a tree
+    /// that contains itself (readers do not re-hash), which would recurse
+    /// forever.
+    fn diff_trees_in(
+        &self,
+        a: ObjectId,
+        b: ObjectId,
+        prefix: &[u8],
+        out: &mut Vec<Change>,
+        ancestors: &[(ObjectId, ObjectId)],
+    ) -> Result<()> {
         if a == b {
             return Ok(());
+        }
+        if let Some(&(x, _)) = ancestors.iter().find(|(x, y)| *x == a || *y == b) {
+            return Err(cycle(if x == a { a } else { b }));
         }
         let ea = self.list_tree(a)?;
         let eb = self.list_tree(b)?;
@@ -85,11 +102,11 @@ impl Store {
             };
             match ord {
                 Ordering::Less => {
-                    self.report_all(&ea[i], prefix, ChangeKind::Deleted, out)?;
+                    self.report_all(&ea[i], prefix, ChangeKind::Deleted, out, &[])?;
                     i += 1;
                 }
                 Ordering::Greater => {
-                    self.report_all(&eb[j], prefix, ChangeKind::Added, out)?;
+                    self.report_all(&eb[j], prefix, ChangeKind::Added, out, &[])?;
                     j += 1;
                 }
                 Ordering::Equal => {
@@ -108,7 +125,8 @@ impl Store {
                             });
                         }
                         if let (EntryKind::Dir(ta), EntryKind::Dir(tb)) = (&x.kind, &y.kind) {
-                            self.diff_trees(*ta, *tb, &path, out)?;
+                            let up = [ancestors, &[(a, b)]].concat();
+                            self.diff_trees_in(*ta, *tb, &path, out, &up)?;
                         }
                     }
                     i += 1;
@@ -125,6 +143,7 @@ impl Store {
         prefix: &[u8],
         kind: ChangeKind,
         out: &mut Vec<Change>,
+        ancestors: &[ObjectId],
     ) -> Result<()> {
         let path = join(prefix, &e.name);
         out.push(Change {
@@ -132,11 +151,22 @@ impl Store {
             kind,
         });
         if let EntryKind::Dir(t) = &e.kind {
+            if ancestors.contains(t) {
+                return Err(cycle(*t));
+            }
+            let up = [ancestors, &[*t]].concat();
             for c in self.list_tree(*t)? {
-                self.report_all(&c, &path, kind, out)?;
+                self.report_all(&c, &path, kind, out, &up)?;
             }
         }
         Ok(())
+    }
+}
+
+fn cycle(id: ObjectId) -> crate::error::StoreError {
+    crate::error::StoreError::Corrupt {
+        id,
+        reason: "a directory tree contains itself".into(),
     }
 }
 

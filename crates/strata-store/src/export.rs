@@ -63,7 +63,7 @@ impl Store {
             report: Mutex::new(ExportReport::default()),
         };
         progress.start("export", c.entries);
-        export_dir(&ctx, c.tree, dir)?;
+        export_dir(&ctx, c.tree, dir, &[])?;
         // Hard links: the first path of each group gets the content, the
         // others link to it.
         let mut linked = std::mem::take(&mut *ctx.linked.lock().unwrap_or_else(|p| p.into_inner()));
@@ -101,7 +101,17 @@ impl Store {
     }
 }
 
-fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path) -> Result<()> {
+/// `ancestors`: the trees of the directories above `dir`. Readers do not
+/// re-hash objects (fsck does), so a damaged Store can hold a tree that
+/// contains itself; recursing into it would never end (a stack overflow
+/// aborts the process).
+fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path, ancestors: &[ObjectId]) -> Result<()> {
+    if ancestors.contains(&tree) {
+        return Err(StoreError::Corrupt {
+            id: tree,
+            reason: "a directory tree contains itself".into(),
+        });
+    }
     let entries = ctx.store.list_tree(tree)?;
     // A stored tree may hold what `write_tree` refuses (written by another
     // build, or by hand): every name must be one path component and unique,
@@ -153,7 +163,7 @@ fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path) -> Result<()> {
                 }
                 Err(err) => return Err(StoreError::io("create", &path, err)),
             }
-            export_dir(ctx, *t, &path)?;
+            export_dir(ctx, *t, &path, &[ancestors, &[tree]].concat())?;
             ctx.dirs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
