@@ -398,3 +398,53 @@ fn import_never_follows_symlinks() {
         stats.logical_bytes
     );
 }
+
+/// A directory nested `depth` levels deep snapshots and exports, or fails
+/// with a clear error; it must never overflow a stack (an abort of the
+/// whole process: the SDK's, the daemon's).
+fn deep_tree(depth: usize) {
+    let tmp = tempdir();
+    let s = store(tmp.path());
+    let src = tmp.path().join("src");
+    let mut p = src.clone();
+    for _ in 0..depth {
+        p.push("a");
+    }
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::write(p.join("leaf"), b"deep").unwrap();
+    let c = match s.create_project_from("p", &src, "deep", &NoProgress) {
+        Ok(r) => r.commit.unwrap(),
+        Err(e) => {
+            eprintln!("depth {depth}: snapshot refused: {e}");
+            return;
+        }
+    };
+    let out = tmp.path().join("out");
+    match s.export(c, &out, false, &NoProgress) {
+        Ok(_) => {
+            let mut q = out.clone();
+            for _ in 0..depth {
+                q.push("a");
+            }
+            assert_eq!(std::fs::read(q.join("leaf")).unwrap(), b"deep");
+        }
+        Err(e) => eprintln!("depth {depth}: export refused: {e}"),
+    }
+    strata_torture::check_store(s.dir());
+}
+
+#[test]
+fn a_100_level_tree_round_trips() {
+    deep_tree(100);
+}
+
+/// KNOWN BUG (docs/reliability.md, "Known gaps"): snapshot and export
+/// recurse once per level on rayon threads (2 MiB stacks); about 200
+/// levels overflow them in a debug build and the process aborts. Linux
+/// paths allow ~2000 one-byte levels. Ignored until the walks are
+/// iterative or run on a large stack; the full form runs it.
+#[test]
+#[ignore = "known bug: deep trees overflow the stack (docs/reliability.md)"]
+fn a_2000_level_tree_round_trips_or_fails_clearly() {
+    deep_tree(2000);
+}
