@@ -145,8 +145,19 @@ pub async fn open(id: &str) -> Result<Sandbox> {
     Ok(Sandbox::open_in(id, state_dir()).await?)
 }
 
+/// The CLI's stable view of a Sandbox record (docs/cli.md); the backend's
+/// full record has more, which may change with the backend.
 fn info_json(i: &strata_sdk::SandboxInfo) -> serde_json::Value {
-    serde_json::to_value(i).unwrap_or(serde_json::Value::Null)
+    let raw = serde_json::to_value(i).unwrap_or_default();
+    json!({
+        "id": i.id.as_str(),
+        "name": i.name,
+        "labels": i.labels,
+        "backend": raw["backend"],
+        "state": format!("{:?}", i.state).to_lowercase(),
+        "created_unix_ms": i.created_unix_ms,
+        "log_file": i.log_file,
+    })
 }
 
 pub fn ws_json(w: &Workspace) -> serde_json::Value {
@@ -225,6 +236,8 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             };
             let mut v = info_json(sb.info());
             v["running"] = json!(running);
+            // What was asked at create (network, limits, root), as recorded.
+            v["config"] = serde_json::to_value(&sb.info().config).unwrap_or_default();
             v["workspaces"] = json!(wss.iter().map(ws_json).collect::<Vec<_>>());
             ctx.emit(v.clone(), || {
                 let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
