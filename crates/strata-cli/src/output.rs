@@ -183,36 +183,6 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_format_as_utc() {
-        assert_eq!(fmt_time(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(
-            fmt_time(1_709_210_096_000_000_000),
-            "2024-02-29 12:34:56 UTC"
-        );
-        assert_eq!(fmt_time(-1_000_000_000), "1969-12-31 23:59:59 UTC");
-    }
-
-    #[test]
-    fn modes_render_like_ls() {
-        assert_eq!(mode_string(0o755), "rwxr-xr-x");
-        assert_eq!(mode_string(0o4755), "rwsr-xr-x");
-        assert_eq!(mode_string(0o2644), "rw-r-Sr--");
-        assert_eq!(mode_string(0o1777), "rwxrwxrwt");
-    }
-
-    #[test]
-    fn bytes_render_in_binary_units() {
-        assert_eq!(human_bytes(10), "10 B");
-        assert_eq!(human_bytes(1536), "1.50 KiB");
-        assert_eq!(human_bytes(32 << 20), "32.00 MiB");
-    }
-}
-
 /// Colours (ANSI) only when stdout is a terminal and NO_COLOR is unset
 /// (https://no-color.org): pipes and `--json` never get escape codes.
 pub fn colour() -> bool {
@@ -249,5 +219,35 @@ pub fn human_duration(d: std::time::Duration) -> String {
         format!("{:.2} s", d.as_secs_f64())
     } else {
         format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_format_as_utc() {
+        assert_eq!(fmt_time(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            fmt_time(1_709_210_096_000_000_000),
+            "2024-02-29 12:34:56 UTC"
+        );
+        assert_eq!(fmt_time(-1_000_000_000), "1969-12-31 23:59:59 UTC");
+    }
+
+    #[test]
+    fn modes_render_like_ls() {
+        assert_eq!(mode_string(0o755), "rwxr-xr-x");
+        assert_eq!(mode_string(0o4755), "rwsr-xr-x");
+        assert_eq!(mode_string(0o2644), "rw-r-Sr--");
+        assert_eq!(mode_string(0o1777), "rwxrwxrwt");
+    }
+
+    #[test]
+    fn bytes_render_in_binary_units() {
+        assert_eq!(human_bytes(10), "10 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(32 << 20), "32.00 MiB");
     }
 }

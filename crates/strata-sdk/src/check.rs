@@ -50,13 +50,13 @@ impl SplitReport {
         if self.uid == "0" || self.gid == "0" {
             p.push(format!("the command runs as {}:{}", self.uid, self.gid));
         }
-        if self.cap_eff.trim_start_matches('0') != "" {
+        if !self.cap_eff.trim_start_matches('0').is_empty() {
             p.push(format!(
                 "the command holds capabilities (CapEff={})",
                 self.cap_eff
             ));
         }
-        if self.cap_bnd.trim_start_matches('0') != "" {
+        if !self.cap_bnd.trim_start_matches('0').is_empty() {
             p.push(format!(
                 "the bounding set is not empty (CapBnd={})",
                 self.cap_bnd
