@@ -85,6 +85,10 @@ fn main() {
     }
 }
 
+/// A request that must be refused: what, token, body, content type, the
+/// status it must get.
+type BadRequest<'a> = (&'a str, Option<String>, Vec<u8>, &'a str, u16);
+
 fn spec(store: &Store) -> SandboxSpec {
     SandboxSpec::new(store.dir()).label(RUN_LABEL, std::process::id().to_string())
 }
@@ -206,7 +210,8 @@ async fn endpoint_refuses_bad_requests_without_side_effects(dir: &Path, full: bo
         )
         .into_bytes()
     };
-    let cases: Vec<(&str, Option<String>, Vec<u8>, &str, u16)> = vec![
+    // (what, token, body, content type, wanted status)
+    let cases: Vec<BadRequest> = vec![
         ("no token", None, pwn(""), "application/json", 401),
         (
             "wrong token",
