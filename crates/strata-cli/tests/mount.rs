@@ -163,7 +163,10 @@ fn mount_status_commit_unmount_and_recover() {
     // No host mount is left (Sandboxes on this machine may list theirs).
     let left = h.json(&["ws", "list"]);
     assert!(
-        left.as_array().unwrap().iter().all(|w| !w["sandbox"].is_null()),
+        left.as_array()
+            .unwrap()
+            .iter()
+            .all(|w| !w["sandbox"].is_null()),
         "{left}"
     );
     assert_eq!(env.json(&["fsck"])["ok"], true);

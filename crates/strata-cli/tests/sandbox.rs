@@ -170,6 +170,21 @@ fn sandbox_create_list_mount_exec_commit_rm() {
     assert_eq!(list.as_array().unwrap().len(), 0, "{list}");
     let out = sb.run(&["sandbox", "inspect", &id], None);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("not found"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A Workspace of a closed Sandbox: a clear error, and 125 for exec.
+    let out = sb.run(&["ws", "status", &ws], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("no Workspace"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = sb.run(&["exec", &ws, "--", "true"], None);
+    assert_eq!(out.status.code(), Some(125), "{out:?}");
 
     let fsck = sb.json(&["fsck"]);
     assert_eq!(fsck["ok"], true, "{fsck}");
