@@ -329,3 +329,35 @@ fn two_sandboxes_each_see_only_their_own_workspace() {
     assert_eq!(fsck["ok"], true, "{fsck}");
     assert_eq!(sb.ok(&["cat", "p/a", "from-a.txt"]), b"from-a\n");
 }
+
+/// A commit that lost the race says which head won and how to go on, and
+/// publishes nothing; the winner's commit is what the branch holds.
+#[test]
+fn a_lost_commit_race_prints_the_actual_head_and_what_to_do() {
+    let sb = Sb::with_project(&[("f.txt", b"base\n")]);
+    let id = sb.create(&[]);
+    let _rm = Rm(&sb, id.clone());
+    let w1 = sb.mount(&id, "p/main");
+    let m2 = sb.json(&["ws", "mount", &id, "p/main", "--at", "/tmp/second"]);
+    let w2 = m2["workspace"].as_str().unwrap().to_string();
+    assert_eq!(m2["path"], "/tmp/second", "{m2}");
+    assert!(sb.sh(&w1, "echo one > /workspace/g.txt").status.success());
+    assert!(sb.sh(&w2, "echo two > /tmp/second/g.txt").status.success());
+    let won = sb.json(&["ws", "commit", &w1, "-m", "first"]);
+    let head = won["commit"].as_str().unwrap().to_string();
+    let out = sb.run(&["ws", "commit", &w2, "-m", "second"], None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = text(&out.stderr);
+    assert!(err.contains(&head), "no actual head in: {err}");
+    assert!(
+        err.contains(&format!("strata ws unmount {w2} --discard"))
+            && err.contains(&format!("strata ws mount {id} p/main")),
+        "no way forward in: {err}"
+    );
+    assert_eq!(sb.ok(&["cat", "p/main", "g.txt"]), b"one\n");
+    // The loser still holds its work until it is discarded.
+    let st = sb.json(&["ws", "status", &w2]);
+    assert_eq!(st["changes"][0]["path"], "g.txt", "{st}");
+    sb.ok(&["ws", "unmount", &w2, "--discard"]);
+    sb.ok(&["ws", "unmount", &w1]);
+}
