@@ -67,6 +67,7 @@ fn main() {
     case!(big_stdout_slow_reader_bounded_daemon_memory);
     case!(fork_bomb_and_memory_hog_hit_their_limits);
     case!(killed_daemon_is_reported_and_its_work_recovered);
+    case!(a_deep_tree_from_a_command_does_not_kill_the_daemon);
     // Close what failed tests left running.
     rt.block_on(async {
         let mut f = SandboxFilter::default();
@@ -375,7 +376,11 @@ async fn commands_cannot_reach_tokens_sockets_store_or_daemon(dir: &Path, _full:
     argv.extend(sockets.iter().map(|p| format!("connect={}", p.display())));
     // A positive control: the probe runs and reads the Workspace.
     argv.push(format!("expect-read={}/f", ws.path()));
+    // Another exec of the same Sandbox (same uid) runs meanwhile: the
+    // probe must not be able to ptrace it either.
+    let mut other_exec = ws.exec(["sleep", "30"]).spawn().await.unwrap();
     let o = ws.exec(argv).output().await.unwrap();
+    other_exec.cancel().await.unwrap();
     let report = o.stdout_str();
     eprintln!("{report}{}", o.stderr_str());
     assert!(o.status.success(), "the probe failed: {}", o.stderr_str());
@@ -390,6 +395,10 @@ async fn commands_cannot_reach_tokens_sockets_store_or_daemon(dir: &Path, _full:
     assert!(
         probed >= 2,
         "the probe saw fewer than 2 foreign processes: {report}"
+    );
+    assert!(
+        report.contains("same-uid pid"),
+        "the probe did not see the other exec: {report}"
     );
     assert!(sb.health().await.is_ok(), "the daemon stopped answering");
     sb.close().await.unwrap();
@@ -661,4 +670,38 @@ async fn killed_daemon_is_reported_and_its_work_recovered(dir: &Path, _full: boo
     drop(rws);
     sb.close().await.unwrap();
     strata_torture::check_store(&store.dir());
+}
+
+/// A command makes a directory tree `depth` levels deep and asks for a
+/// commit: the commit succeeds or fails with an error, and the daemon
+/// survives either way (a stack overflow would abort it).
+async fn a_deep_tree_from_a_command_does_not_kill_the_daemon(dir: &Path, full: bool) {
+    let store = store_with_project(dir).await;
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+    let depth = if full { 1500 } else { 150 };
+    let o = ws
+        .exec([
+            "sh",
+            "-c",
+            &format!("set -e; p=.; for i in $(seq {depth}); do p=$p/a; done; mkdir -p $p; echo deep > $p/leaf"),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", o.stderr_str());
+    let r = ws.commit("deep").await;
+    eprintln!(
+        "commit of a {depth}-level tree: {:?}",
+        r.as_ref().map(|c| c.commit().to_string())
+    );
+    assert!(
+        sb.health().await.is_ok(),
+        "the daemon died committing a {depth}-level tree"
+    );
+    if r.is_ok() {
+        let path = format!("{}leaf", "a/".repeat(depth));
+        assert_eq!(store.read_file("p/main", &path).await.unwrap(), b"deep\n");
+    }
+    sb.close().await.unwrap();
 }

@@ -48,6 +48,29 @@ pub fn main(args: &[String]) {
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap_or(u32::MAX);
         if uid == me {
+            // Another command of the same Sandbox (same uid): signals are
+            // allowed (same uid, kill(2)), ptrace is not (the seccomp
+            // filter denies it to every command).
+            let mine = pid == std::process::id() as i32;
+            if !mine {
+                // SAFETY: PTRACE_ATTACH takes a pid and two ignored
+                // arguments; no memory of ours is passed.
+                let pt = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) };
+                let err = std::io::Error::last_os_error();
+                println!(
+                    "same-uid pid {pid}: ptrace {}",
+                    if pt == 0 {
+                        "ok".to_string()
+                    } else {
+                        err.to_string()
+                    }
+                );
+                if pt == 0 {
+                    // SAFETY: as above.
+                    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
+                    println!("BREACH ptrace same-uid pid {pid}");
+                }
+            }
             continue;
         }
         let p = rustix::process::Pid::from_raw(pid).expect("pid > 0");
