@@ -81,9 +81,10 @@ pub struct ExecArgs {
     /// put in raw mode meanwhile and its size follows.
     #[arg(short, long)]
     pub tty: bool,
-    /// Cancel after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<f64>,
+    /// Cancel after this long: seconds (`90`, `1.5`) or with a unit
+    /// (`500ms`, `30s`, `5m`, `1h`).
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
     /// Give the command no stdin (it reads EOF at once).
     #[arg(long)]
     pub no_stdin: bool,
@@ -193,10 +194,7 @@ async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
         b = b.cwd(c.clone());
     }
     if let Some(t) = a.timeout {
-        if !(t.is_finite() && t > 0.0) {
-            bail!("--timeout {t}: give a positive number of seconds");
-        }
-        b = b.timeout(Duration::from_secs_f64(t));
+        b = b.timeout(t);
     }
     if a.tty {
         b = match terminal_size() {
@@ -368,6 +366,30 @@ fn describe(id: &str, s: &ExitStatus) -> String {
     format!("exec {id} {how}{why}")
 }
 
+/// `--timeout`: seconds, or a number with `ms`, `s`, `m` or `h`.
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("unknown unit {unit:?}: use ms, s, m or h")),
+    };
+    match num.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n * scale < 1e9 => {
+            Ok(Duration::from_secs_f64(n * scale))
+        }
+        _ => Err(format!(
+            "{s:?} is not a positive duration, e.g. 30, 1.5, 500ms, 5m"
+        )),
+    }
+}
+
 /// The size of the terminal on stdin/stdout, if there is one.
 fn terminal_size() -> Option<(u16, u16)> {
     use std::os::fd::AsFd;
@@ -422,5 +444,22 @@ impl Drop for RawMode {
             rustix::termios::OptionalActions::Now,
             &self.0,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        for bad in ["", "0", "-1", "x", "5d", "1e400"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
     }
 }

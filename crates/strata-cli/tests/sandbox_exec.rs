@@ -83,6 +83,33 @@ fn detached_exec_logs_wait_and_cancel() {
     let out = sb.run(&["exec", "wait", &ex], None);
     assert_eq!(out.status.code(), Some(128 + 15));
 
+    // --timeout takes a unit; the command is cancelled (SIGTERM: 143).
+    let t = Instant::now();
+    let out = sb.run(
+        &[
+            "exec",
+            "--timeout",
+            "300ms",
+            &ws,
+            "--no-stdin",
+            "--",
+            "sleep",
+            "10",
+        ],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("timed out"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+
     // Unknown exec IDs are strata's failure (125), never a status.
     let out = sb.run(&["exec", "wait", "x0000000000000000"], None);
     assert_eq!(out.status.code(), Some(125), "{out:?}");
