@@ -8,7 +8,7 @@
 
 use crate::commands::Ctx;
 use crate::sandbox::{open, parse_kv, parse_user, runtime, state_dir};
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::collections::BTreeMap;
