@@ -314,3 +314,13 @@ pub fn require_fuse() {
         "/dev/fuse is missing: load the fuse module (modprobe fuse)"
     );
 }
+
+/// Held while a test forks (spawns a child) and while a test has files
+/// open in a FUSE mount it is about to unmount. Tests of one binary run in
+/// parallel threads, and a child forked while the mount has an open file
+/// holds a copy of that fd until its exec (O_CLOEXEC closes it only then,
+/// fcntl(2)), so umount(2) fails with EBUSY in that window.
+pub fn no_fork() -> std::sync::MutexGuard<'static, ()> {
+    static FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    FORK.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -85,11 +85,13 @@ fn open_ws(store: &Store, id: &str, scratch: &std::path::Path) -> Workspace {
 /// Run the child job `spec`, kill it after `delay` (if it is still
 /// running), and return what it acknowledged and whether it was killed.
 fn run_and_kill(spec: &str, delay: Option<Duration>) -> (Option<ObjectId>, bool) {
+    let forking = strata_torture::no_fork();
     let mut c = child("crash_child", CHILD_ENV, spec)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the child");
+    drop(forking);
     let start = Instant::now();
     let mut killed = false;
     if let Some(delay) = delay {
@@ -231,10 +233,12 @@ fn commit_loop(iterations: usize, seed: u64) {
     for i in 0..=iterations {
         // Change the Workspace through its mount, as a program would.
         let ws = open_ws(&store, &id, &scratch);
+        let no_fork = strata_torture::no_fork();
         let h = ws.mount(&mnt, &MountOptions::default()).expect("mount");
         mutate(&mnt, &mut rng, i);
         want = manifest_dir(&mnt);
         h.unmount().expect("unmount");
+        drop(no_fork);
         drop(ws);
         let before = check_store(&store_dir)["p/main"];
         let spec = format!(

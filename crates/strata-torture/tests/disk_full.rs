@@ -29,6 +29,7 @@ struct SmallFs {
 impl SmallFs {
     fn tmpfs(dir: &Path, size: &str) -> SmallFs {
         std::fs::create_dir_all(dir).unwrap();
+        let _no_fork = strata_torture::no_fork();
         let st = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
@@ -50,6 +51,7 @@ impl SmallFs {
         std::fs::create_dir_all(dir).unwrap();
         let f = std::fs::File::create(image).unwrap();
         f.set_len(mib << 20).unwrap();
+        let _no_fork = strata_torture::no_fork();
         let st = Command::new("mkfs.ext4")
             .args(["-q", "-F", "-m", "0"])
             .arg(image)
@@ -76,6 +78,7 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
+        let _no_fork = strata_torture::no_fork();
         let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
         if let Some(i) = &self.loop_image {
             let _ = std::fs::remove_file(i);
@@ -113,6 +116,8 @@ fn workspace_writes_into_a_full_scratch_disk_lose_nothing_acknowledged() {
         passthrough: false,
         ..MountOptions::default()
     };
+    // No fork in this process while the mount has open files (no_fork).
+    let no_fork = strata_torture::no_fork();
     let h = ws.mount(&mnt, &opts).unwrap();
     let mut rng = rand::rng();
     // 0. Small files while there is room: acknowledged.
@@ -171,6 +176,7 @@ fn workspace_writes_into_a_full_scratch_disk_lose_nothing_acknowledged() {
     assert_eq!(std::fs::read(mnt.join("base.txt")).unwrap(), b"base");
     let want = manifest_dir(&mnt);
     h.unmount().unwrap();
+    drop(no_fork);
     drop(ws);
     // 4. A fresh open (journal replay) shows everything acknowledged, and
     // commits exactly the view the mount showed.
