@@ -23,10 +23,11 @@ use std::time::Duration;
 
 use hyper::Method;
 use strata_daemon::api;
+use strata_docker::DockerBackend;
 use strata_sandbox::backend::{
     Backend, BackendError, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId, State,
 };
-use strata_sandbox::NativeBackend;
+use strata_sandbox::{BackendKind, NativeBackend};
 
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
@@ -70,6 +71,13 @@ pub struct SandboxSpec {
     pub state_dir: Option<PathBuf>,
     /// How long to wait for the daemon's marker (default 10 s).
     pub startup_timeout: Duration,
+    /// Run on the docker backend (strata-docker) with this image (a local
+    /// image, `NAME:TAG` or `NAME@sha256:…`, pinned to its ID at create)
+    /// instead of the native one. `daemon_exe` (or `$STRATA_STATIC_EXE`)
+    /// must then be a statically linked strata binary; `rootfs` and
+    /// `state_dir` do not apply (its state is under
+    /// `/var/lib/strata/docker`).
+    pub docker_image: Option<String>,
 }
 
 impl SandboxSpec {
@@ -85,6 +93,7 @@ impl SandboxSpec {
             daemon_exe: None,
             state_dir: None,
             startup_timeout: Duration::from_secs(10),
+            docker_image: None,
         }
     }
     /// Set the name.
@@ -123,7 +132,7 @@ pub enum SandboxState {
 /// ID); [`Sandbox::close`] ends it.
 #[derive(Debug)]
 pub struct Sandbox {
-    backend: NativeBackend,
+    backend: AnyBackend,
     info: SandboxInfo,
     client: DaemonClient,
 }
@@ -167,6 +176,32 @@ fn backend_error(e: BackendError) -> Error {
     }
 }
 
+/// The backend a Sandbox lives on.
+#[derive(Debug, Clone)]
+enum AnyBackend {
+    Native(NativeBackend),
+    Docker(DockerBackend),
+}
+
+impl AnyBackend {
+    fn get(&self) -> &dyn Backend {
+        match self {
+            AnyBackend::Native(b) => b,
+            AnyBackend::Docker(b) => b,
+        }
+    }
+}
+
+/// The docker backend at its default state root; `None` when that root
+/// does not exist (no docker Sandbox was ever created here), so that
+/// native-only use never needs an Engine.
+fn docker_if_used() -> Result<Option<DockerBackend>> {
+    if !DockerBackend::default_root().is_dir() {
+        return Ok(None);
+    }
+    DockerBackend::from_env().map(Some).map_err(backend_error)
+}
+
 fn backend_at(root: Option<PathBuf>) -> Result<NativeBackend> {
     match root {
         Some(r) => NativeBackend::new(r),
@@ -200,13 +235,25 @@ impl Sandbox {
         let id = id.to_string();
         blocking(move || {
             let backend = backend_at(state_dir)?;
-            let info = backend.open(&SandboxId(id)).map_err(backend_error)?;
-            Sandbox::from_info(backend, info)
+            let sid = SandboxId(id);
+            match backend.open(&sid) {
+                Ok(info) => Sandbox::from_info(AnyBackend::Native(backend), info),
+                // Not a native one: a docker Sandbox has a record under the
+                // docker backend's root.
+                Err(BackendError::NotFound(_))
+                    if DockerBackend::default_root().join(sid.as_str()).is_dir() =>
+                {
+                    let docker = DockerBackend::from_env().map_err(backend_error)?;
+                    let info = docker.open(&sid).map_err(backend_error)?;
+                    Sandbox::from_info(AnyBackend::Docker(docker), info)
+                }
+                Err(e) => Err(backend_error(e)),
+            }
         })
         .await
     }
 
-    fn from_info(backend: NativeBackend, info: SandboxInfo) -> Result<Sandbox> {
+    fn from_info(backend: AnyBackend, info: SandboxInfo) -> Result<Sandbox> {
         let socket = match &info.endpoint {
             Some(Endpoint::Unix { path }) => path.clone(),
             _ => info.daemon.socket.clone(),
@@ -232,12 +279,17 @@ impl Sandbox {
     pub async fn list(filter: SandboxFilter) -> Result<Vec<SandboxInfo>> {
         blocking(move || {
             let backend = backend_at(filter.state_dir.clone())?;
-            backend
-                .list(&Filter {
-                    labels: filter.labels,
-                    name_prefix: filter.name_prefix,
-                })
-                .map_err(backend_error)
+            let f = Filter {
+                labels: filter.labels,
+                name_prefix: filter.name_prefix,
+            };
+            let mut all = backend.list(&f).map_err(backend_error)?;
+            // Docker Sandboxes too, once any was created on this machine.
+            if let Some(docker) = docker_if_used()? {
+                all.extend(docker.list(&f).map_err(backend_error)?);
+                all.sort_by(|a, b| (a.created_unix_ms, &a.id).cmp(&(b.created_unix_ms, &b.id)));
+            }
+            Ok(all)
         })
         .await
     }
@@ -255,7 +307,7 @@ impl Sandbox {
     /// Running (the backend says so and the daemon answers) or stopped.
     pub async fn state(&self) -> SandboxState {
         let (b, id) = (self.backend.clone(), self.info.id.clone());
-        let st = blocking(move || b.open(&id).map_err(backend_error)).await;
+        let st = blocking(move || b.get().open(&id).map_err(backend_error)).await;
         match st {
             Ok(i) if i.state == State::Running => match self.health().await {
                 Ok(_) => SandboxState::Running,
@@ -276,7 +328,7 @@ impl Sandbox {
     /// on the host side: works when the daemon is dead too.
     pub async fn logs(&self, lines: usize) -> Result<String> {
         let (b, id) = (self.backend.clone(), self.info.id.clone());
-        blocking(move || b.log_tail(&id, lines).map_err(backend_error)).await
+        blocking(move || b.get().log_tail(&id, lines).map_err(backend_error)).await
     }
 
     /// Mount branch `reference` (`PROJECT/BRANCH`) at `at` (default
@@ -419,7 +471,12 @@ impl Sandbox {
         // The daemon is gone: what it left in its scratch directory is all
         // there is to lose. Open each Workspace offline (nothing serves it).
         let store = self.info.config.store.clone();
-        let scratch = self.info.daemon.scratch_dir.clone();
+        // The daemon's paths are its own view; a docker Sandbox's state
+        // directory is bind-mounted, and the host sees it beside the token.
+        let scratch = match (self.info.backend, self.info.token_file.parent()) {
+            (BackendKind::Docker, Some(dir)) => dir.join("scratch"),
+            _ => self.info.daemon.scratch_dir.clone(),
+        };
         blocking(move || {
             let ids = match strata_workspace::Workspace::list(&scratch) {
                 Ok(ids) => ids,
@@ -459,16 +516,20 @@ impl Sandbox {
             .await;
         let (b, id) = (self.backend.clone(), self.info.id.clone());
         blocking(move || {
-            b.stop(&id, STOP_GRACE).map_err(backend_error)?;
-            b.delete(&id).map_err(backend_error)
+            b.get().stop(&id, STOP_GRACE).map_err(backend_error)?;
+            b.get().delete(&id).map_err(backend_error)
         })
         .await
     }
 }
 
 fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
-    let backend = backend_at(spec.state_dir.clone())?;
+    let backend = match &spec.docker_image {
+        None => AnyBackend::Native(backend_at(spec.state_dir.clone())?),
+        Some(_) => AnyBackend::Docker(DockerBackend::from_env().map_err(backend_error)?),
+    };
     let mut req = CreateRequest::new(spec.store.clone());
+    req.image = spec.docker_image.clone();
     req.name = spec.name.clone();
     req.labels = spec.labels.clone();
     req.network = spec.network;
@@ -489,7 +550,7 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
             readonly: true,
         };
     }
-    let info = backend.create(&req).map_err(backend_error)?;
+    let info = backend.get().create(&req).map_err(backend_error)?;
     let id = info.id.clone();
     let d = &info.daemon;
     let mut cfg = strata_daemon::DaemonConfig::new(
@@ -512,13 +573,15 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
         config: serde_json::to_vec_pretty(&cfg).expect("config serializes"),
     };
     let started = backend
+        .get()
         .install_daemon(&id, &install)
-        .and_then(|_| backend.start(&id, spec.startup_timeout));
+        .and_then(|_| backend.get().start(&id, spec.startup_timeout));
     if let Err(e) = started {
         // Nothing of it keeps running; drop the record too.
-        let _ = backend.delete(&id);
+        let _ = backend.get().stop(&id, Duration::ZERO);
+        let _ = backend.get().delete(&id);
         return Err(backend_error(e));
     }
-    let info = backend.open(&id).map_err(backend_error)?;
+    let info = backend.get().open(&id).map_err(backend_error)?;
     Sandbox::from_info(backend, info)
 }
