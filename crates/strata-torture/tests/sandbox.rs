@@ -303,6 +303,25 @@ async fn endpoint_refuses_bad_requests_without_side_effects(dir: &Path, full: bo
             ));
         }
     }
+    // Hostile mount points: relative, NUL, `..` into system directories,
+    // the root, overlong, a file. Each a 4xx, no Workspace mounted.
+    let long = format!("/tmp/{}", "x".repeat(5000));
+    for at in [
+        "relative/path",
+        "/tmp/a\u{0}b",
+        "/tmp/../etc",
+        "/",
+        "/proc/self",
+        long.as_str(),
+        "/etc/passwd",
+    ] {
+        let body = serde_json::json!({"ref": "p/main", "at": at}).to_string();
+        let (status, text) = http(&sock, "POST", "/v1/workspaces", Some(&tok), body.as_bytes());
+        if !(400..500).contains(&status) {
+            wrong.push(format!("mount at {at:.60}: got {status}: {text:.200}"));
+        }
+    }
+    assert!(wrong.is_empty(), "wrong answers:\n{}", wrong.join("\n"));
     // No side effect: same Workspaces and execs, no file written.
     assert_eq!(
         daemon_state(&sb),
