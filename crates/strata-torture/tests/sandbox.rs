@@ -40,11 +40,12 @@ fn main() {
     );
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = strata_torture::tempdir();
-    let mut failed = 0;
+    let (mut failed, mut ran) = (0, 0);
     macro_rules! case {
         ($name:ident) => {{
             let name = stringify!($name);
             if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
+                ran += 1;
                 let t = Instant::now();
                 let dir = tmp.path().join(name);
                 std::fs::create_dir(&dir).unwrap();
@@ -80,6 +81,10 @@ fn main() {
             }
         }
     });
+    if ran == 0 {
+        eprintln!("no Sandbox case matches {filter:?}");
+        std::process::exit(1);
+    }
     if failed > 0 {
         eprintln!("{failed} test(s) failed");
         std::process::exit(1);
