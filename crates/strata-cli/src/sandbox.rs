@@ -94,6 +94,9 @@ pub struct CreateArgs {
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Closing a Sandbox removes its scratch, and that walk recurses per
+        // directory level (a command can nest ~2,000): not on 2 MiB stacks.
+        .thread_stack_size(64 << 20)
         .enable_all()
         .build()?)
 }

@@ -41,6 +41,9 @@ pub use server::{constant_time_eq, tail_file};
 
 /// The hidden subcommand the strata binary answers with the daemon.
 pub const DAEMON_ARG: &str = "__strata-daemon";
+
+/// Stack size of the daemon's worker and blocking threads (see `run`).
+const DAEMON_THREAD_STACK: usize = 256 << 20;
 /// First word of the startup marker line.
 pub const MARKER: &str = "STRATA-DAEMON-READY";
 
@@ -107,6 +110,12 @@ pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata-daemon")
+        // The Store's and the Workspace's tree walks recurse once per
+        // directory level, and a command can make a tree ~2,000 levels
+        // deep (PATH_MAX); on the default 2 MiB stacks committing 1,500
+        // levels overflowed and aborted the daemon (docs/reliability.md).
+        // Stack is reserved, not committed: only what a walk touches costs.
+        .thread_stack_size(DAEMON_THREAD_STACK)
         .build()
         .map_err(|source| DaemonError::Io {
             action: "start the async runtime",
