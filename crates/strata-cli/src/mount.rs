@@ -12,6 +12,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use strata_sdk::host::{self, HostDirs, HostMountOptions};
 use strata_sdk::{CommitOutcome, Sandbox, SandboxFilter, Workspace as SdkWorkspace};
 
@@ -210,7 +211,9 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
                 let Ok(sb) = Sandbox::open_in(info.id.as_str(), state_dir()).await else {
                     continue;
                 };
-                for w in sb.workspaces().await.unwrap_or_default() {
+                // A hung daemon must not hang the listing.
+                let wss = tokio::time::timeout(Duration::from_secs(2), sb.workspaces()).await;
+                for w in wss.ok().and_then(|r| r.ok()).unwrap_or_default() {
                     rows.push(
                         json!({"workspace": w.id(), "sandbox": sb.id(), "mountpoint": w.path(),
                                      "branch": w.branch(), "alive": true, "pid": null}),

@@ -41,6 +41,9 @@ pub use strata_sandbox::{Limits, Network};
 pub const DEFAULT_MOUNT: &str = "/workspace";
 /// Where the daemon keeps per-exec failure reports (inside the Sandbox).
 const RUN_DIR: &str = "/tmp/.strata-execs";
+/// How long a lookup by Workspace or exec ID waits for one daemon: a hung
+/// Sandbox must not hang `strata ws` / `strata exec` for all the others.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// SIGTERM -> SIGKILL grace period of close.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -384,7 +387,7 @@ impl Sandbox {
         state_dir: Option<PathBuf>,
     ) -> Result<(Sandbox, Workspace)> {
         for sb in Sandbox::running(state_dir).await? {
-            if let Ok(wss) = sb.workspaces().await {
+            if let Ok(Ok(wss)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.workspaces()).await {
                 if let Some(ws) = wss.into_iter().find(|w| w.id() == id) {
                     return Ok((sb, ws));
                 }
@@ -400,7 +403,7 @@ impl Sandbox {
     /// `strata exec wait EXEC`.
     pub async fn find_exec(id: &str, state_dir: Option<PathBuf>) -> Result<(Sandbox, ExecHandle)> {
         for sb in Sandbox::running(state_dir).await? {
-            if let Ok(h) = sb.exec_by_id(id).await {
+            if let Ok(Ok(h)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.exec_by_id(id)).await {
                 return Ok((sb, h));
             }
         }
