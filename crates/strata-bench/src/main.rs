@@ -7,6 +7,7 @@
 mod fs;
 mod report;
 mod rootless;
+mod sandbox;
 mod store;
 
 use clap::Parser;
@@ -21,9 +22,15 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs, rootless).
+    /// Run only this group (store, fs, sandbox, rootless).
     #[arg(long)]
     only: Option<String>,
+    /// Run only the workloads whose name contains one of these
+    /// comma-separated texts, e.g. `--only fs --workload unlink,rm -rf` or
+    /// `--only store --workload import` (store workloads: import, growth,
+    /// commit).
+    #[arg(long)]
+    workload: Option<String>,
     /// Also write the rows as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -33,17 +40,29 @@ struct Args {
     scratch: Option<std::path::PathBuf>,
 }
 
+impl Ctx {
+    /// Whether `--workload` selects the workload named `name`.
+    pub fn wants(&self, name: &str) -> bool {
+        self.workload
+            .as_deref()
+            .is_none_or(|w| w.split(',').any(|p| name.contains(p.trim())))
+    }
+}
+
 /// A group of workloads: runs them all and returns their rows.
 type Group = fn(&Ctx) -> anyhow::Result<Vec<Row>>;
 
 pub struct Ctx {
     pub quick: bool,
+    pub workload: Option<String>,
     pub scratch: std::path::PathBuf,
 }
 
 fn main() -> anyhow::Result<()> {
     // The rootless group re-executes this binary as its helper: first thing.
     strata_rootless::maybe_run_internal();
+    // So does the sandbox group (Sandbox init, daemon, exec helper).
+    strata_sdk::maybe_run_internal();
     let args = Args::parse();
     let base = args
         .scratch
@@ -55,11 +74,13 @@ fn main() -> anyhow::Result<()> {
         .tempdir_in(&base)?;
     let ctx = Ctx {
         quick: args.quick,
+        workload: args.workload.clone(),
         scratch: scratch.path().to_path_buf(),
     };
     let groups: &[(&str, Group)] = &[
         ("store", store::run),
         ("fs", fs::run),
+        ("sandbox", sandbox::run),
         ("rootless", rootless::run),
     ];
     let mut rows = Vec::new();

@@ -67,10 +67,17 @@ fn new_store(dir: &Path, no_deltas: bool) -> anyhow::Result<Store> {
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let want = |w: &str| ctx.wants(w);
     let mut rows = Vec::new();
-    rows.push(import(ctx)?);
-    rows.extend(growth(ctx)?);
-    rows.extend(commit_scaling(ctx)?);
+    if want("import") {
+        rows.push(import(ctx)?);
+    }
+    if want("growth") {
+        rows.extend(growth(ctx)?);
+    }
+    if want("commit") {
+        rows.extend(commit_scaling(ctx)?);
+    }
     Ok(rows)
 }
 
