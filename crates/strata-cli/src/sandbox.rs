@@ -89,6 +89,15 @@ pub struct CreateArgs {
     /// of the host's root.
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
+    /// native (namespaces on this host) or docker (one container through
+    /// the Docker Engine API; needs --image and a static strata binary:
+    /// this one if it is static, else $STRATA_STATIC_EXE). See docs/docker.md.
+    #[arg(long, value_name = "native|docker", default_value = "native")]
+    pub backend: String,
+    /// The docker backend's image, present in the local Engine:
+    /// NAME:TAG, NAME@sha256:… or an image ID (pinned to its ID at create).
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -193,6 +202,13 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 cpu_millis: a.cpu.map(parse_cpu).transpose()?,
             };
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
+            spec.docker_image = match (a.backend.as_str(), a.image) {
+                ("native", None) => None,
+                ("native", Some(_)) => bail!("--image is for --backend docker"),
+                ("docker", Some(i)) => Some(i),
+                ("docker", None) => bail!("--backend docker needs --image IMAGE"),
+                (b, _) => bail!("--backend {b:?}: give native or docker"),
+            };
             spec.state_dir = state_dir();
             let sb = Sandbox::create(spec).await?;
             let id = sb.id().to_string();

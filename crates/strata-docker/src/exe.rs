@@ -19,13 +19,17 @@ pub const BUILD_HINT: &str = "build one with `RUSTFLAGS=\"-C target-feature=+crt
 
 const PT_INTERP: u32 = 3;
 
-/// The daemon binary to upload: `requested`, else `$STRATA_STATIC_EXE`;
-/// refused unless it is a statically linked x86-64/aarch64 ELF executable.
+/// The daemon binary to upload: `requested`, else `$STRATA_STATIC_EXE`,
+/// else the current executable if it is static; refused unless it is a statically linked x86-64/aarch64 ELF executable.
 pub fn resolve_static_exe(requested: Option<&Path>) -> Result<PathBuf, DockerError> {
     let path = match requested {
         Some(p) => p.to_path_buf(),
         None => match std::env::var_os(STATIC_EXE_ENV) {
             Some(p) if !p.is_empty() => PathBuf::from(p),
+            // A static `strata` running this backend uploads itself.
+            _ if std::env::current_exe().is_ok_and(|me| check_static(&me).is_ok()) => {
+                std::env::current_exe().unwrap_or_default()
+            }
             _ => {
                 return Err(DockerError::Exe {
                     path: PathBuf::new(),
