@@ -12,7 +12,6 @@
 //! [`Backend`]: strata_sandbox::Backend
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -36,7 +35,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Engine {
     socket: PathBuf,
-    rt: Arc<tokio::runtime::Runtime>,
     /// What `GET /version` said, e.g. `1.41` / `20.10.24+dfsg1`.
     api_version: String,
     version: String,
@@ -94,17 +92,8 @@ impl Engine {
         if let Err(source) = std::fs::metadata(&socket) {
             return Err(DockerError::NoEngine { socket, source });
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| DockerError::Io {
-                action: "start the Engine client's runtime",
-                path: socket.clone(),
-                source,
-            })?;
         let mut engine = Engine {
             socket,
-            rt: Arc::new(rt),
             api_version: String::new(),
             version: String::new(),
         };
@@ -212,13 +201,40 @@ impl Engine {
                 body,
             })
         };
-        let action = format!("{path}");
-        self.rt
-            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
-            .map_err(|_| DockerError::Timeout {
-                action,
-                after: REQUEST_TIMEOUT,
-            })?
+        let action = path.to_string();
+        let socket = self.socket.clone();
+        // A current-thread runtime per request, built and dropped here: an
+        // Engine (and a backend holding one) can then be dropped anywhere,
+        // also inside someone's async task, which a runtime kept in the
+        // struct forbids (tokio panics when a runtime is dropped there).
+        let run = move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|source| DockerError::Io {
+                    action: "start the Engine client's runtime",
+                    path: socket,
+                    source,
+                })?;
+            rt.block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, fut).await })
+                .map_err(|_| DockerError::Timeout {
+                    action,
+                    after: REQUEST_TIMEOUT,
+                })?
+        };
+        // Called from inside a runtime (an async caller that did not use
+        // spawn_blocking): block_on would panic there, so run the request
+        // on a thread of its own.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            std::thread::scope(|s| s.spawn(run).join()).unwrap_or_else(|_| {
+                Err(DockerError::Protocol {
+                    action: path.to_string(),
+                    message: "the request thread panicked".into(),
+                })
+            })
+        } else {
+            run()
+        }
     }
 
     /// One request to `/v1.41{path}`.

@@ -1,0 +1,152 @@
+//! The SDK on the docker backend with the real daemon (the static
+//! `strata-daemon` binary) in a busybox image: B7 and the privilege split
+//! as a command in a container sees it, per-exec cancel (which `docker
+//! exec` cannot do), and the Store read back after close (S1). Setup as in
+//! crates/strata-docker/tests (shared file): dockerd started if needed,
+//! static binaries from $STRATA_STATIC_DIR; without them the test FAILS
+//! with the reason.
+
+#[path = "../../strata-docker/tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use strata_sdk::{Error, Sandbox, SandboxFilter, SandboxSpec, Store};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[test]
+fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
+    common::engine();
+    let image = common::image();
+    let daemon = common::static_bin("strata-daemon");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let base = tempfile::tempdir_in("/var/tmp").unwrap();
+        let src = base.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("mark"), "from the store\n").unwrap();
+        let store = Store::create(base.path().join("store")).await.unwrap();
+        store.create_project_from("p", &src).await.unwrap();
+        let run = format!("docker-sdk-{}", std::process::id());
+
+        let mut spec = SandboxSpec::new(store.dir()).label("run", &run);
+        spec.docker_image = Some(image.clone());
+        spec.daemon_exe = Some(daemon.clone());
+        spec.startup_timeout = Duration::from_secs(30);
+        let t0 = Instant::now();
+        let sb = Sandbox::create(spec)
+            .await
+            .expect("create a docker Sandbox");
+        let create_to_ready = t0.elapsed();
+        assert_eq!(sb.info().backend, strata_sandbox::BackendKind::Docker);
+        let container = sb.info().handle.clone().unwrap();
+        assert_eq!(container.len(), 64);
+
+        let ws = sb.mount("p/main", None).await.expect("mount");
+        let o = ws
+            .exec([
+                "sh",
+                "-c",
+                "cat mark; id -u; id -g; echo hi > f; stat -c %u f",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(o.stdout_str(), "from the store\n1500\n1500\n1500\n");
+
+        // The privilege split, as a command in the container sees it.
+        let o = ws
+            .exec(["cat", "/proc/self/status"])
+            .output()
+            .await
+            .unwrap();
+        let s = o.stdout_str();
+        for want in [
+            "CapEff:\t0000000000000000",
+            "CapBnd:\t0000000000000000",
+            "NoNewPrivs:\t1",
+            "Seccomp:\t2",
+        ] {
+            assert!(s.lines().any(|l| l == want), "{want:?} missing: {s}");
+        }
+        for argv in [
+            vec!["unshare", "-U", "true"],
+            vec!["umount", ws.path()],
+            vec!["umount", "-l", ws.path()],
+            // The daemon's directory (token, config, the Store's bind).
+            vec!["ls", "/run/strata"],
+            vec!["cat", "/run/strata/token"],
+        ] {
+            match ws.exec(argv.clone()).output().await {
+                Ok(o) => assert!(!o.status.success(), "{argv:?} succeeded: {o:?}"),
+                Err(Error::ExecFailed { errno: Some(2), .. }) => {}
+                Err(e) => panic!("{argv:?}: {e}"),
+            }
+        }
+        // The root filesystem is read-only, /tmp is not.
+        let o = ws
+            .exec([
+                "sh",
+                "-c",
+                "touch /etc/x 2>/dev/null && echo rootfs-writable; touch /tmp/x && echo tmp-ok",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(o.stdout_str(), "tmp-ok\n");
+
+        // Cancel one exec while another keeps running.
+        let mut long = ws.exec(["sleep", "100"]).spawn().await.unwrap();
+        let mut other = ws.exec(["sleep", "1"]).spawn().await.unwrap();
+        let st = long.cancel().await.unwrap();
+        assert!(st.cancelled, "{st:?}");
+        let st = other.wait().await.unwrap();
+        assert!(st.success(), "the other exec was hit too: {st:?}");
+
+        // Exec latency of a trivial command, for docs/benchmarks.md.
+        let mut lat = Vec::new();
+        for _ in 0..20 {
+            let t = Instant::now();
+            let o = ws.exec(["true"]).output().await.unwrap();
+            assert!(o.status.success());
+            lat.push(t.elapsed());
+        }
+        eprintln!(
+            "docker backend: create-to-ready {create_to_ready:?}, exec `true` median {:?}",
+            median(lat)
+        );
+
+        // B8/B10: reopen by ID, list by label.
+        let again = Sandbox::open(sb.id()).await.expect("reopen");
+        assert_eq!(again.info().handle.as_deref(), Some(container.as_str()));
+        let listed = Sandbox::list(SandboxFilter {
+            labels: [("run".to_string(), run.clone())].into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert_eq!(listed[0].id.as_str(), sb.id());
+
+        ws.commit("from docker").await.unwrap();
+        ws.unmount(false).await.unwrap();
+        sb.close().await.expect("close");
+        // S1: the host reads the commit back; the container is gone.
+        assert_eq!(store.read_file("p/main", "f").await.unwrap(), b"hi\n");
+        let e = Sandbox::open(again.id()).await.unwrap_err();
+        assert!(e.to_string().contains("not found"), "{e}");
+        let gone = common::engine()
+            .call(
+                hyper::Method::GET,
+                &format!("/containers/{container}/json"),
+                None,
+            )
+            .unwrap();
+        assert_eq!(gone.status.as_u16(), 404, "container left after close");
+    });
+}
