@@ -11,24 +11,42 @@ use crate::workspace::Shared;
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs,
-    ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
 
-/// Attribute and entry cache lifetime. Every change goes through this
-/// daemon and the kernel invalidates what a reply changes, so a second is
-/// safe and saves most getattr round trips.
-const TTL: Duration = Duration::from_secs(1);
+/// Attribute and entry (positive and negative) cache lifetime. This daemon
+/// is the only writer of the tree: every name, mode, owner and time changes
+/// through a request on this mount, and the kernel drops what a request
+/// changes (fuse_dir_changed() on the parent, fuse_invalidate_attr() on
+/// the inode, FUSE_STATX_MODSIZE after a passthrough write). A commit
+/// changes nothing the kernel can see. So a long lifetime is safe, and it
+/// is what keeps `git status` and path walks free of LOOKUP/GETATTR round
+/// trips (each costs tens of microseconds here). The one change the kernel
+/// does not see is a write through a shared writable mmap of a passthrough
+/// file (it lands in the backing file): its attributes are invalidated when
+/// the last writable handle is released (see `release`).
+pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Open flags for regular files. FOPEN_NOFLUSH: close(2) sends no FLUSH
+/// (fuse_flush() returns at once when it is set and there is no writeback
+/// cache); we keep no per-handle state that a flush would settle, and data
+/// is written synchronously (WRITE) or by the kernel (passthrough), so the
+/// round trip would buy nothing.
+const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 pub(crate) struct WsFs {
     pub shared: Arc<Shared>,
     pub want_passthrough: bool,
+    /// Set once the session exists: invalidates the kernel's attributes of
+    /// a file changed behind its back (writes through a shared mmap).
+    pub notifier: Arc<OnceLock<fuser::Notifier>>,
     /// Dropped with this filesystem object; the `MountHandle` holds the
     /// other end and waits for it, so "unmounted" means the session's last
     /// reference to the Workspace (and its lock) is gone.
@@ -40,7 +58,7 @@ fn name_bytes(n: &OsStr) -> &[u8] {
 }
 
 impl WsFs {
-    fn st(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn st(&self) -> MutexGuard<'_, State> {
         // A panic in one handler must not wedge the whole mount.
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -150,6 +168,8 @@ impl Filesystem for WsFs {
             }
         }
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
+        let _ = config
+            .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
         self.st().passthrough = pt;
         tracing::debug!("fuse init: passthrough={pt}");
@@ -366,12 +386,10 @@ impl Filesystem for WsFs {
             self.open_reply(&mut st, ino.0)
         })();
         match r {
-            Ok((fh, Some(id))) => {
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id)
-            }
+            Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
             Ok((fh, None)) => match self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id),
-                None => reply.opened(FileHandle(fh), FopenFlags::FOPEN_KEEP_CACHE),
+                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
+                None => reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE),
             },
             Err(e) => reply.error(e),
         }
@@ -403,7 +421,7 @@ impl Filesystem for WsFs {
                 &attr,
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::empty(),
+                FILE_OPEN,
                 &id,
             ),
             None => reply.created(
@@ -411,7 +429,7 @@ impl Filesystem for WsFs {
                 &attr,
                 Generation(0),
                 FileHandle(fh),
-                FopenFlags::FOPEN_KEEP_CACHE,
+                FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
             ),
         }
     }
@@ -495,17 +513,32 @@ impl Filesystem for WsFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut st = self.st();
-        st.handles.remove(&fh.0);
-        if let Ok(n) = st.node_mut(ino.0) {
-            n.opens = n.opens.saturating_sub(1);
-            if n.opens == 0 {
-                n.backing = None;
-                n.file = None;
+        let mut inval = false;
+        {
+            let mut st = self.st();
+            st.handles.remove(&fh.0);
+            if let Ok(n) = st.node_mut(ino.0) {
+                n.opens = n.opens.saturating_sub(1);
+                if n.opens == 0 {
+                    // An upper passthrough backing may have been mmapped
+                    // shared and written: that changes the backing file's
+                    // mtime without a request. A mapping holds its file,
+                    // so the last release comes after the last such write.
+                    inval = n.backing.as_ref().is_some_and(|b| b.upper);
+                    n.backing = None;
+                    n.file = None;
+                }
+            }
+            st.maybe_reap(ino.0);
+        }
+        reply.ok();
+        if inval {
+            if let Some(n) = self.notifier.get() {
+                // Attributes only (a negative offset spares the page cache,
+                // fuse_reverse_inval_inode()); ENOENT if already evicted.
+                let _ = n.inval_inode(ino, -1, 0);
             }
         }
-        st.maybe_reap(ino.0);
-        reply.ok();
     }
 
     fn fsync(
@@ -544,20 +577,7 @@ impl Filesystem for WsFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let mut st = self.st();
-        let r = (|| {
-            let parent = st.node(ino.0)?.parent();
-            let mut entries = vec![
-                (ino.0, fuser::FileType::Directory, b".".to_vec()),
-                (parent, fuser::FileType::Directory, b"..".to_vec()),
-            ];
-            entries.extend(st.read_dir(ino.0)?);
-            Ok(st.new_fh(Handle::Dir { entries }))
-        })();
-        match r {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(e),
-        }
+        self.do_opendir(ino, reply);
     }
 
     fn readdir(
@@ -566,23 +586,20 @@ impl Filesystem for WsFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let st = self.st();
-        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(*ino),
-                (i + 1) as u64,
-                *kind,
-                OsStr::from_bytes(name),
-            ) {
-                break;
-            }
-        }
-        reply.ok();
+        self.do_readdir(fh, offset, reply);
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.do_readdirplus(fh, offset, reply);
     }
 
     fn releasedir(

@@ -9,6 +9,7 @@
 mod cache;
 mod commit;
 mod config;
+mod dir;
 mod error;
 mod fs;
 mod journal;

@@ -16,7 +16,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use strata_store::{BranchRef, ObjectId, Store};
 
 const JOURNAL: &str = "journal.log";
@@ -387,11 +387,17 @@ impl Workspace {
         Ok(())
     }
 
-    fn fs(&self, opts: &MountOptions, serving: &Arc<()>) -> WsFs {
+    fn fs(
+        &self,
+        opts: &MountOptions,
+        serving: &Arc<()>,
+        notifier: &Arc<OnceLock<fuser::Notifier>>,
+    ) -> WsFs {
         self.st().ids = opts.id_mapping;
         WsFs {
             shared: self.shared.clone(),
             want_passthrough: opts.passthrough,
+            notifier: notifier.clone(),
             _serving: serving.clone(),
         }
     }
@@ -425,8 +431,12 @@ impl Workspace {
         };
         let cfg = self.config(opts, acl);
         let serving = Arc::new(());
-        let session = Session::new(self.fs(opts, &serving), mountpoint, &cfg)
-            .and_then(|s| s.spawn())
+        let notifier = Arc::new(OnceLock::new());
+        let session = Session::new(self.fs(opts, &serving, &notifier), mountpoint, &cfg)
+            .and_then(|s| {
+                let _ = notifier.set(s.notifier());
+                s.spawn()
+            })
             .map_err(|e| {
                 self.shared.mounted.store(false, Ordering::SeqCst);
                 WsError::Mountpoint {
@@ -454,12 +464,17 @@ impl Workspace {
         // the namespace itself confines who can reach the mount.
         let cfg = self.config(opts, SessionACL::All);
         let serving = Arc::new(());
-        let session = Session::from_fd(self.fs(opts, &serving), fd, SessionACL::All, cfg)
-            .and_then(|s| s.spawn())
-            .map_err(|e| {
-                self.shared.mounted.store(false, Ordering::SeqCst);
-                WsError::Invalid(format!("serve the FUSE fd: {e}"))
-            })?;
+        let notifier = Arc::new(OnceLock::new());
+        let session =
+            Session::from_fd(self.fs(opts, &serving, &notifier), fd, SessionACL::All, cfg)
+                .and_then(|s| {
+                    let _ = notifier.set(s.notifier());
+                    s.spawn()
+                })
+                .map_err(|e| {
+                    self.shared.mounted.store(false, Ordering::SeqCst);
+                    WsError::Invalid(format!("serve the FUSE fd: {e}"))
+                })?;
         Ok(MountHandle {
             serving,
             session: Some(session),

@@ -310,6 +310,12 @@ fn mmap_shared_write(passthrough: bool) {
     let ws = fx.create();
     let h = fx.mount(&ws, passthrough);
     std::fs::write(fx.p("mapped"), vec![b'.'; 8192]).unwrap();
+    // Cached by the kernel for the (long) attribute lifetime.
+    let before = std::fs::metadata(fx.p("mapped"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -345,6 +351,35 @@ fn mmap_shared_write(passthrough: bool) {
     assert_eq!(&b[..6], b"mapped");
     assert_eq!(&b[8000..8003], b"end");
     drop(f);
+    // Writes through the mapping reach the file without a request; the
+    // kernel's cached mtime must still move once the file is released
+    // (RELEASE is asynchronous, hence the bounded wait).
+    // Ask for the mtime alone: a full stat also wants the atime, which the
+    // mapping itself invalidated (fuse_file_accessed()), and would refresh
+    // every attribute by that detour.
+    let mtime = || {
+        let s = rustix::fs::statx(
+            rustix::fs::CWD,
+            fx.p("mapped"),
+            rustix::fs::AtFlags::empty(),
+            rustix::fs::StatxFlags::MTIME,
+        )
+        .unwrap();
+        std::time::UNIX_EPOCH
+            + std::time::Duration::new(s.stx_mtime.tv_sec as u64, s.stx_mtime.tv_nsec)
+    };
+    let t0 = std::time::Instant::now();
+    loop {
+        let now = mtime();
+        if now > before {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "mtime after writes through a shared mapping is still {now:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     h.unmount().unwrap();
 }
 

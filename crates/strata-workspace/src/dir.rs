@@ -1,0 +1,96 @@
+//! Directory listing handlers: opendir snapshots the listing into a
+//! handle; readdir and readdirplus page through it.
+
+use crate::fs::{WsFs, TTL};
+use crate::state::Handle;
+use fuser::{
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyOpen,
+};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+impl WsFs {
+    pub(crate) fn do_opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+        let mut st = self.st();
+        let r = (|| {
+            let parent = st.node(ino.0)?.parent();
+            let mut entries = vec![
+                (ino.0, fuser::FileType::Directory, b".".to_vec()),
+                (parent, fuser::FileType::Directory, b"..".to_vec()),
+            ];
+            entries.extend(st.read_dir(ino.0)?);
+            Ok(st.new_fh(Handle::Dir { entries }))
+        })();
+        match r {
+            // The kernel keeps the listing in its readdir cache
+            // (FOPEN_CACHE_DIR) across opens (FOPEN_KEEP_CACHE) and drops it
+            // when the directory changes through this mount (its version
+            // and mtime move, fuse_dir_changed()), which is every change.
+            Ok(fh) => reply.opened(
+                FileHandle(fh),
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(crate) fn do_readdir(&self, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let st = self.st();
+        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+            if reply.add(
+                INodeNo(*ino),
+                (i + 1) as u64,
+                *kind,
+                OsStr::from_bytes(name),
+            ) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// READDIR plus LOOKUP in one reply (FUSE_DO_READDIRPLUS with
+    /// FUSE_READDIRPLUS_AUTO: the kernel asks for it when a listing is
+    /// followed by lookups, as in `ls -l`, `git status` on a cold tree or
+    /// `rm -rf`). Each entry returned with a node id counts as one lookup
+    /// for the kernel (fuse_direntplus_link(); "." and ".." excepted), so it
+    /// is counted here as one too, or FORGET would drop the node early.
+    pub(crate) fn do_readdirplus(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let mut st = self.st();
+        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+            return reply.error(Errno::EBADF);
+        };
+        let entries: Vec<_> = entries.iter().skip(offset as usize).cloned().collect();
+        for (i, (ino, _, name)) in entries.into_iter().enumerate() {
+            let off = offset + i as u64 + 1;
+            let dot = name == b"." || name == b"..";
+            // A node gone since opendir is skipped: its name is gone too.
+            let Ok(attr) = st.attr(ino) else { continue };
+            if reply.add(
+                INodeNo(ino),
+                off,
+                OsStr::from_bytes(&name),
+                &TTL,
+                &attr,
+                Generation(0),
+            ) {
+                break;
+            }
+            if !dot {
+                if let Ok(n) = st.node_mut(ino) {
+                    n.lookups += 1;
+                }
+            }
+        }
+        reply.ok();
+    }
+}
