@@ -22,6 +22,7 @@ mod backend;
 pub mod container;
 pub mod engine;
 pub mod exe;
+mod startup;
 mod state;
 
 use std::path::PathBuf;

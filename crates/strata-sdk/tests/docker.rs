@@ -150,3 +150,54 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
         assert_eq!(gone.status.as_u16(), 404, "container left after close");
     });
 }
+
+/// create-to-ready and exec-of-`true` medians, docker beside native, with
+/// the same static daemon binary and the same Store (figures for
+/// docs/benchmarks.md; printed, not asserted: a loaded machine is slow).
+#[test]
+fn docker_beside_native_create_to_ready_and_exec_medians() {
+    common::engine();
+    let image = common::image();
+    let daemon = common::static_bin("strata-daemon");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let base = tempfile::tempdir_in("/var/tmp").unwrap();
+        let src = base.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("f"), "x").unwrap();
+        let store = Store::create(base.path().join("store")).await.unwrap();
+        store.create_project_from("p", &src).await.unwrap();
+        let native_root = base.path().join("native-state");
+        for docker in [false, true] {
+            let (mut creates, mut execs) = (Vec::new(), Vec::new());
+            for _ in 0..5 {
+                let mut spec = SandboxSpec::new(store.dir());
+                spec.daemon_exe = Some(daemon.clone());
+                spec.startup_timeout = Duration::from_secs(30);
+                if docker {
+                    spec.docker_image = Some(image.clone());
+                } else {
+                    spec.state_dir = Some(native_root.clone());
+                }
+                let t = Instant::now();
+                let sb = Sandbox::create(spec).await.expect("create");
+                creates.push(t.elapsed());
+                let ws = sb.mount("p/main", None).await.unwrap();
+                for _ in 0..10 {
+                    let t = Instant::now();
+                    let o = ws.exec(["true"]).output().await.unwrap();
+                    execs.push(t.elapsed());
+                    assert!(o.status.success());
+                }
+                ws.unmount(true).await.unwrap();
+                sb.close().await.unwrap();
+            }
+            eprintln!(
+                "bench {}: create-to-ready median {:?} (n=5), exec `true` median {:?} (n=50)",
+                if docker { "docker" } else { "native" },
+                median(creates),
+                median(execs)
+            );
+        }
+    });
+}
