@@ -195,11 +195,17 @@ impl AnyBackend {
     }
 }
 
-/// The docker backend at its default state root; `None` when that root
-/// does not exist (no docker Sandbox was ever created here), so that
-/// native-only use never needs an Engine.
+/// The docker backend at its default state root; `None` when no docker
+/// Sandbox has a record there, so that native-only use never needs an
+/// Engine (and a stopped dockerd does not break listing native ones).
 fn docker_if_used() -> Result<Option<DockerBackend>> {
-    if !DockerBackend::default_root().is_dir() {
+    let any = std::fs::read_dir(DockerBackend::default_root())
+        .map(|rd| {
+            rd.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("sb-"))
+        })
+        .unwrap_or(false);
+    if !any {
         return Ok(None);
     }
     DockerBackend::from_env().map(Some).map_err(backend_error)
@@ -287,8 +293,12 @@ impl Sandbox {
                 name_prefix: filter.name_prefix,
             };
             let mut all = backend.list(&f).map_err(backend_error)?;
-            // Docker Sandboxes too, once any was created on this machine.
-            if let Some(docker) = docker_if_used()? {
+            // Docker Sandboxes too, unless a native state root was named.
+            let docker = match filter.state_dir {
+                None => docker_if_used()?,
+                Some(_) => None,
+            };
+            if let Some(docker) = docker {
                 all.extend(docker.list(&f).map_err(backend_error)?);
                 all.sort_by(|a, b| (a.created_unix_ms, &a.id).cmp(&(b.created_unix_ms, &b.id)));
             }
