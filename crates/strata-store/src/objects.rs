@@ -173,12 +173,36 @@ pub(crate) fn get_raw_in(conn: &Connection, id: &ObjectId, kind: Kind) -> Result
     decode_row(conn, id, row)
 }
 
+/// Decompress a zstd frame (against `dict` for a delta) of `raw_len` bytes.
+/// The output buffer is sized from `raw_len`, which is stored, not derived:
+/// in a damaged row it can be anything up to 2^64. `zstd::bulk` would call
+/// `Vec::with_capacity` with it, and a failed allocation aborts the process
+/// (`handle_alloc_error`), so reserve fallibly and make that an error.
+fn zstd_decode(data: &[u8], raw_len: u64, dict: Option<&[u8]>) -> std::io::Result<Vec<u8>> {
+    let len = usize::try_from(raw_len)
+        .map_err(|_| std::io::Error::other(format!("length {raw_len} does not fit in memory")))?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("cannot allocate the {len} bytes the row claims: {e}"),
+        )
+    })?;
+    let mut d = match dict {
+        Some(dict) => zstd::bulk::Decompressor::with_dictionary(dict)?,
+        None => zstd::bulk::Decompressor::new()?,
+    };
+    d.decompress_to_buffer(data, &mut out)?;
+    Ok(out)
+}
+
 pub(crate) fn decode_row(conn: &Connection, id: &ObjectId, row: Row) -> Result<Vec<u8>> {
     let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
     let raw = match row.enc {
         ENC_RAW => row.data,
-        ENC_ZSTD => zstd::bulk::decompress(&row.data, row.raw_len as usize)
-            .map_err(|e| corrupt(format!("zstd: {e}")))?,
+        ENC_ZSTD => {
+            zstd_decode(&row.data, row.raw_len, None).map_err(|e| corrupt(format!("zstd: {e}")))?
+        }
         ENC_DELTA => {
             let base = row
                 .base
@@ -187,8 +211,7 @@ pub(crate) fn decode_row(conn: &Connection, id: &ObjectId, row: Row) -> Result<V
                 .ok_or_else(|| corrupt("delta without a base".into()))?;
             let kind = Kind::from_u8(row.kind).ok_or_else(|| corrupt("unknown kind".into()))?;
             let base_raw = get_raw_in(conn, &base, kind)?;
-            zstd::bulk::Decompressor::with_dictionary(&base_raw)
-                .and_then(|mut d| d.decompress(&row.data, row.raw_len as usize))
+            zstd_decode(&row.data, row.raw_len, Some(&base_raw))
                 .map_err(|e| corrupt(format!("zstd delta: {e}")))?
         }
         other => return Err(corrupt(format!("unknown encoding {other}"))),
