@@ -263,6 +263,24 @@ fn corpus_rows_are_errors_not_panics() {
     }
 }
 
+/// Absurd lengths on every row at once (so every zstd and delta row is
+/// hit): a stored length sizes the decoder's buffer, and a failed
+/// allocation aborts instead of unwinding. Once found by the full fuzz run
+/// (`raw_len` = i64::MAX on a zstd row: "memory allocation of
+/// 9223372036854775807 bytes failed", abort).
+#[test]
+fn absurd_lengths_on_every_row_are_errors() {
+    for len in [i64::MAX, -1, 1 << 40, 1 << 62] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = copy_store(tmp.path());
+        let c = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
+        c.execute("UPDATE objects SET raw_len = ?1", [len]).unwrap();
+        drop(c);
+        let ok = read_everything(&dir, tmp.path());
+        eprintln!("raw_len {len} on every row: {ok} reads succeeded");
+    }
+}
+
 fn fuzz(cases: u32) {
     let cfg = ProptestConfig {
         cases,
