@@ -100,6 +100,29 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
             .unwrap();
         assert_eq!(o.stdout_str(), "tmp-ok\n");
 
+        // A process a command leaves behind is reaped (by Docker's init,
+        // PID 1, or the daemon): no zombie once it ends.
+        let o = ws
+            .exec(["sh", "-c", "sleep 0.2 & echo $!"])
+            .output()
+            .await
+            .unwrap();
+        let orphan = o.stdout_str().trim().to_string();
+        assert!(!orphan.is_empty(), "{o:?}");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let o = ws
+            .exec([
+                "sh",
+                "-c",
+                "cat /proc/[0-9]*/status | grep -c '^State:.*Z' || true",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(o.stdout_str(), "0\n", "zombies in the container");
+        let o = ws.exec(["cat", "/proc/1/cmdline"]).output().await.unwrap();
+        assert!(o.stdout_str().contains("docker-init"), "PID 1: {o:?}");
+
         // Cancel one exec while another keeps running.
         let mut long = ws.exec(["sleep", "100"]).spawn().await.unwrap();
         let mut other = ws.exec(["sleep", "1"]).spawn().await.unwrap();
