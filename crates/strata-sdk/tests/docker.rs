@@ -81,6 +81,8 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
             // The daemon's directory (token, config, the Store's bind).
             vec!["ls", "/run/strata"],
             vec!["cat", "/run/strata/token"],
+            // /dev/fuse is in the container for the daemon (root, 0600).
+            vec!["sh", "-c", "exec 3<>/dev/fuse"],
         ] {
             match ws.exec(argv.clone()).output().await {
                 Ok(o) => assert!(!o.status.success(), "{argv:?} succeeded: {o:?}"),
