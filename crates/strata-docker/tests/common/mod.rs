@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use strata_docker::{Engine, DEFAULT_SOCKET};
 
-/// Directory of the statically linked binaries (`strata` and
+/// Directory of the statically linked binaries (`strata-daemon` and
 /// `strata-sandbox-fake-daemon`), as .ci/run builds them.
 pub const STATIC_DIR_ENV: &str = "STRATA_STATIC_DIR";
 pub const IMAGE_REPO: &str = "strata-test-busybox";
@@ -40,8 +40,8 @@ pub fn static_bin(name: &str) -> PathBuf {
         panic!(
             "the docker tests need statically linked binaries (images have no glibc): {e}\n\
              build them with:\n  RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release \
-             --target x86_64-unknown-linux-gnu -p strata-cli -p strata-sandbox --bins\n\
-             (or set {STATIC_DIR_ENV} to the directory holding `strata` and \
+             --target x86_64-unknown-linux-gnu -p strata-daemon -p strata-sandbox --bins\n\
+             (or set {STATIC_DIR_ENV} to the directory holding `strata-daemon` and \
              `strata-sandbox-fake-daemon`); .ci/run does this before `cargo test`"
         );
     }
