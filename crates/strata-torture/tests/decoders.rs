@@ -303,7 +303,7 @@ fn damaged_rows_are_errors_not_panics_quick() {
 #[test]
 #[ignore = "full form: cargo test --release -p strata-torture -- --ignored"]
 fn damaged_rows_are_errors_not_panics_full() {
-    fuzz(3000);
+    fuzz(1000);
 }
 
 /// Well-formed objects with hostile structure, which a hash check would
