@@ -132,10 +132,48 @@ async fn run_async(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         );
     }
 
+    if ctx.wants("full-flow") {
+        let mut v = Vec::new();
+        for r in 0..=runs {
+            let branch = format!("p/full{r}");
+            store.fork("p/main", &branch).await?;
+            let t = Instant::now();
+            full_flow(spec(), &branch).await?;
+            if r > 0 {
+                v.push(ms(t.elapsed()));
+            }
+        }
+        let m = median(v);
+        rows.push(
+            Row::new(
+                "sandbox",
+                "full flow: create, mount, 10 execs, commit, unmount, close",
+                "ms",
+                m,
+            )
+            .goal("(report)", true),
+        );
+    }
+
     if ctx.wants("end-to-end") {
         rows.extend(end_to_end(&store, &spec, runs).await?);
     }
     Ok(rows)
+}
+
+/// The native Sandbox issue's full flow, as one agent task: a new Sandbox,
+/// a Workspace of `branch`, ten execs (each writes one file, so the commit
+/// has work to publish), the commit, the unmount and the close.
+async fn full_flow(spec: SandboxSpec, branch: &str) -> anyhow::Result<()> {
+    let sb = Sandbox::create(spec).await?;
+    let ws = sb.mount(branch, None).await?;
+    for i in 0..10 {
+        sh(&ws, &format!("echo {i} > f{i}")).await?;
+    }
+    commit(&ws, "full flow").await?;
+    ws.unmount(false).await?;
+    sb.close().await?;
+    Ok(())
 }
 
 /// The reference's end-to-end workloads with its definitions: each run
