@@ -59,13 +59,21 @@ impl HostDirs {
 /// A Workspace mounted on the host, as recorded.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HostMount {
+    /// The Workspace ID (what `strata ws status|commit|unmount` take).
     pub workspace: String,
+    /// Where the Workspace is mounted on the host.
     pub mountpoint: PathBuf,
+    /// The branch the Workspace publishes to, `project/branch`.
     pub branch: String,
+    /// The serving process's private directory (socket, token, log).
     pub daemon_dir: PathBuf,
+    /// The serving process's Unix socket (mode 0600).
     pub socket: PathBuf,
+    /// The file holding the bearer token for `socket` (mode 0600).
     pub token_file: PathBuf,
+    /// The serving process's log, for a bounded tail on failure.
     pub log_file: PathBuf,
+    /// The serving process's pid (to tell a dead server from a live one).
     pub pid: u32,
 }
 

@@ -35,6 +35,11 @@
 //! }
 //! ```
 
+#![forbid(unsafe_code)]
+// Every public item is documented (the SDK issue); clippy -D warnings in CI
+// turns a missing doc into an error.
+#![warn(missing_docs)]
+
 pub mod check;
 pub mod client;
 mod error;
