@@ -11,8 +11,8 @@ use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
 use strata_sandbox::backend_files::{
-    invalid, mkdir_private, mounts_below, now_unix_ms, random_hex, state_err, valid_id, valid_name,
-    write_private,
+    invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex, read_record,
+    state_err, valid_id, valid_name, write_private, write_record, RECORD,
 };
 use strata_sandbox::{
     Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
@@ -21,10 +21,7 @@ use strata_sandbox::{
 
 use crate::container::{self, labels, INSIDE_ROOT};
 use crate::engine::{q, Engine};
-use crate::state::{
-    inside_paths, install_tar, read_record, to_host, valid_container_id, write_record, Record,
-    RECORD,
-};
+use crate::state::{inside_paths, install_tar, to_host, valid_container_id, Record};
 use crate::DockerError;
 
 /// Lines of log carried by a start failure.
@@ -218,22 +215,7 @@ impl Backend for DockerBackend {
             .map_err(|e| invalid("daemon binary", e.to_string()))?;
         let image_id = self.pin_image(&image)?;
 
-        // A fresh directory per ID (never reused, even on a collision).
-        let mut made = None;
-        for _ in 0..8 {
-            let id = format!("sb-{}", random_hex(12)?);
-            let dir = self.root.join(&id);
-            match fs::DirBuilder::new().create(&dir) {
-                Ok(()) => {
-                    made = Some((SandboxId(id), dir));
-                    break;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(state_err("create the state directory", &dir)(e)),
-            }
-        }
-        let (id, dir) =
-            made.ok_or_else(|| invalid("sandbox ID", "8 random IDs in a row were taken"))?;
+        let (id, dir) = new_state_dir(&self.root)?;
         let setup = || -> Result<Record, BackendError> {
             // Root-only whatever the umask: commands must not traverse it.
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
@@ -554,7 +536,7 @@ impl Backend for DockerBackend {
             if !valid_id(&name) {
                 continue;
             }
-            let Ok(rec) = read_record(&e.path()) else {
+            let Ok(rec) = read_record::<Record>(&e.path()) else {
                 continue;
             };
             if !filter.matches(rec.name.as_deref(), &rec.labels) {

@@ -22,12 +22,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use strata_sandbox::backend_files::{state_err, write_private};
-use strata_sandbox::{BackendError, CreateRequest, DaemonInstall, DaemonPaths, SandboxId};
+use strata_sandbox::{CreateRequest, DaemonInstall, DaemonPaths, SandboxId};
 
 use crate::container::INSIDE_ROOT;
-
-pub(crate) const RECORD: &str = "sandbox.json";
 
 /// The persistent record of one docker Sandbox.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,25 +75,6 @@ pub(crate) fn to_host(dir: &Path, inside: &Path) -> Option<PathBuf> {
         return None;
     }
     Some(dir.join(rel))
-}
-
-pub(crate) fn read_record(dir: &Path) -> Result<Record, BackendError> {
-    let p = dir.join(RECORD);
-    let text = std::fs::read(&p).map_err(state_err("read the record", &p))?;
-    serde_json::from_slice(&text).map_err(|e| BackendError::State {
-        action: "parse the record",
-        path: p,
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })
-}
-
-pub(crate) fn write_record(dir: &Path, rec: &Record) -> Result<(), BackendError> {
-    let bytes = serde_json::to_vec_pretty(rec).map_err(|e| BackendError::State {
-        action: "encode the record",
-        path: dir.join(RECORD),
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })?;
-    write_private(&dir.join(RECORD), &bytes)
 }
 
 /// A tar of the daemon's binary (0755) and config (0600), both owned by

@@ -68,8 +68,8 @@ pub mod spec;
 /// random IDs and tokens, bounded log tails, host mounts below a path.
 pub mod backend_files {
     pub use crate::native_state::{
-        invalid, mkdir_private, mounts_below, now_unix_ms, random_hex, state_err, tail, valid_id,
-        valid_name, write_private,
+        invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex, read_record,
+        state_err, tail, valid_id, valid_name, write_private, write_record, RECORD,
     };
 }
 

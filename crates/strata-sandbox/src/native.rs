@@ -45,8 +45,9 @@ use crate::backend::{
 use crate::cgroup::Cgroup;
 use crate::mounts::BindMount;
 use crate::native_state::{
-    check_request, invalid, mkdir_private, mounts_below, now_unix_ms, paths, random_hex,
-    read_record, state_err, tail, valid_id, write_private, write_record, ProcId, Record, RECORD,
+    check_request, invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, paths,
+    random_hex, read_record, state_err, tail, valid_id, write_private, write_record, ProcId,
+    Record, RECORD,
 };
 use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
 
@@ -144,7 +145,7 @@ impl NativeBackend {
             if !valid_id(&name.to_string_lossy()) {
                 continue;
             }
-            if let Ok(r) = read_record(&e.path()) {
+            if let Ok(r) = read_record::<Record>(&e.path()) {
                 if r.backend == BackendKind::Native {
                     out.push((e.path(), r));
                 }
@@ -332,23 +333,7 @@ impl Backend for NativeBackend {
                 });
             }
         }
-        // A fresh directory per ID: `create` (not recursive) fails on an
-        // existing one, so an ID is never reused even on a collision.
-        let mut made = None;
-        for _ in 0..8 {
-            let id = format!("sb-{}", random_hex(12)?);
-            let dir = self.root.join(&id);
-            match fs::DirBuilder::new().create(&dir) {
-                Ok(()) => {
-                    made = Some((SandboxId(id), dir));
-                    break;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(state_err("create the state directory", &dir)(e)),
-            }
-        }
-        let (id, dir) =
-            made.ok_or_else(|| invalid("sandbox ID", "8 random IDs in a row were taken"))?;
+        let (id, dir) = new_state_dir(&self.root)?;
         let setup = || -> Result<Record, BackendError> {
             // Root-only whatever the umask: commands must not traverse it.
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))

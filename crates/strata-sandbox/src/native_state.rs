@@ -31,7 +31,8 @@ use crate::backend::{
 use crate::cgroup::Cgroup;
 use crate::mounts::RootFs;
 
-pub(crate) const RECORD: &str = "sandbox.json";
+/// The file name of a backend's record in a Sandbox's state directory.
+pub const RECORD: &str = "sandbox.json";
 
 /// A process identified by pid *and* start time, so that a recycled pid
 /// is never mistaken for (or signalled as) the Sandbox's monitor.
@@ -152,7 +153,9 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), BackendError> {
     fs::rename(&tmp, path).map_err(state_err("rename into place", path))
 }
 
-pub(crate) fn read_record(dir: &Path) -> Result<Record, BackendError> {
+/// A backend's record (`sandbox.json`, 0600) in a Sandbox's state
+/// directory; each backend has its own record type.
+pub fn read_record<R: serde::de::DeserializeOwned>(dir: &Path) -> Result<R, BackendError> {
     let p = dir.join(RECORD);
     let text = fs::read(&p).map_err(state_err("read the record", &p))?;
     serde_json::from_slice(&text).map_err(|e| BackendError::State {
@@ -162,13 +165,30 @@ pub(crate) fn read_record(dir: &Path) -> Result<Record, BackendError> {
     })
 }
 
-pub(crate) fn write_record(dir: &Path, rec: &Record) -> Result<(), BackendError> {
+/// Writes a backend's record atomically and privately (see [`read_record`]).
+pub fn write_record<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendError> {
     let bytes = serde_json::to_vec_pretty(rec).map_err(|e| BackendError::State {
         action: "encode the record",
         path: dir.join(RECORD),
         source: io::Error::new(io::ErrorKind::InvalidData, e),
     })?;
     write_private(&dir.join(RECORD), &bytes)
+}
+
+/// A new Sandbox ID and its state directory under `root`. `create` (not
+/// recursive) fails on an existing directory, so an ID is never reused,
+/// even on a collision.
+pub fn new_state_dir(root: &Path) -> Result<(SandboxId, PathBuf), BackendError> {
+    for _ in 0..8 {
+        let id = format!("sb-{}", random_hex(12)?);
+        let dir = root.join(&id);
+        match fs::DirBuilder::new().create(&dir) {
+            Ok(()) => return Ok((SandboxId(id), dir)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(state_err("create the state directory", &dir)(e)),
+        }
+    }
+    Err(invalid("sandbox ID", "8 random IDs in a row were taken"))
 }
 
 /// `n` random bytes from the kernel's CSPRNG, hex-encoded.
