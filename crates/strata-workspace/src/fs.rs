@@ -4,15 +4,16 @@
 //! an `Arc<File>` after the lock is released, and with passthrough they do
 //! not come through here at all.
 
-use crate::node::{now_ns, Backing, Data, NodeKind, UpperInfo};
+use crate::killpriv::may_keep_privs;
+use crate::node::{now_ns, Data, NodeKind, UpperInfo};
 use crate::ops::NewOwner;
-use crate::state::{eio, io_errno, Handle, State, R};
+use crate::state::{eio, io_errno, State, R};
 use crate::workspace::Shared;
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -34,13 +35,6 @@ use std::time::{Duration, SystemTime};
 /// the last writable handle is released (see `release`).
 pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// Open flags for regular files. FOPEN_NOFLUSH: close(2) sends no FLUSH
-/// (fuse_flush() returns at once when it is set and there is no writeback
-/// cache); we keep no per-handle state that a flush would settle, and data
-/// is written synchronously (WRITE) or by the kernel (passthrough), so the
-/// round trip would buy nothing.
-const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
-
 pub(crate) struct WsFs {
     pub shared: Arc<Shared>,
     pub want_passthrough: bool,
@@ -53,7 +47,7 @@ pub(crate) struct WsFs {
     pub _serving: Arc<()>,
 }
 
-fn name_bytes(n: &OsStr) -> &[u8] {
+pub(crate) fn name_bytes(n: &OsStr) -> &[u8] {
     n.as_bytes()
 }
 
@@ -77,7 +71,7 @@ impl WsFs {
         }
     }
 
-    fn new_node(
+    pub(crate) fn new_node(
         &self,
         req: &Request,
         parent: INodeNo,
@@ -89,71 +83,6 @@ impl WsFs {
         let mut st = self.st();
         let owner = self.owner(&st, req);
         st.tx(|s| s.do_create(parent.0, name_bytes(name), kind, mode, owner, data))
-    }
-
-    /// Reply to an open/create: with passthrough, all handles of one inode
-    /// share one backing file (the kernel refuses a second, different one
-    /// with EBUSY, and refuses to mix passthrough and cached opens).
-    fn open_reply(&self, st: &mut State, ino: u64) -> R<(u64, Option<Arc<fuser::BackingId>>)> {
-        let fh = st.new_fh(Handle::File { ino });
-        st.node_mut(ino)?.opens += 1;
-        if !st.passthrough {
-            return Ok((fh, None));
-        }
-        let upper = matches!(st.node(ino)?.data, Data::Upper(_));
-        let n = st.node(ino)?;
-        match &n.backing {
-            Some(b) if b.upper == upper => Ok((fh, Some(b.id.clone()))),
-            Some(_) => {
-                // Readers share the base content's cache file; a writer
-                // needs its own copy, which the kernel cannot switch to
-                // while those readers are open. Like a running executable:
-                // ETXTBSY until they close.
-                self.undo_open(st, ino, fh);
-                Err(Errno::ETXTBSY)
-            }
-            None => Ok((fh, None)),
-        }
-    }
-
-    fn undo_open(&self, st: &mut State, ino: u64, fh: u64) {
-        st.handles.remove(&fh);
-        if let Ok(n) = st.node_mut(ino) {
-            n.opens = n.opens.saturating_sub(1);
-        }
-    }
-
-    /// Register the inode's data file as its passthrough backing, if we
-    /// should; `None` means answer without passthrough.
-    fn new_backing(
-        &self,
-        st: &mut State,
-        ino: u64,
-        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> Option<Arc<fuser::BackingId>> {
-        if !st.passthrough {
-            return None;
-        }
-        let n = st.node(ino).ok()?;
-        if n.backing.is_some() || n.opens > 1 {
-            return None;
-        }
-        let upper = matches!(n.data, Data::Upper(_));
-        let f = st.data_file(ino).ok()?;
-        match open_backing(&f) {
-            Ok(id) => {
-                let id = Arc::new(id);
-                st.node_mut(ino).ok()?.backing = Some(Backing {
-                    id: id.clone(),
-                    upper,
-                });
-                Some(id)
-            }
-            Err(e) => {
-                tracing::warn!("passthrough backing for inode {ino} refused ({e}); serving reads and writes in the daemon");
-                None
-            }
-        }
     }
 }
 
@@ -171,8 +100,15 @@ impl Filesystem for WsFs {
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
         let _ = config.add_capabilities(InitFlags::FUSE_ATOMIC_O_TRUNC);
-        self.st().passthrough = pt;
-        tracing::debug!("fuse init: passthrough={pt}");
+        // SB_NOSEC: no GETXATTR before every write; we clear suid/sgid
+        // ourselves instead (killpriv.rs).
+        let killpriv = config
+            .add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
+        let mut st = self.st();
+        st.passthrough = pt;
+        st.killpriv = killpriv;
+        tracing::debug!("fuse init: passthrough={pt} killpriv_v2={killpriv}");
         Ok(())
     }
 
@@ -201,7 +137,7 @@ impl Filesystem for WsFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -218,9 +154,23 @@ impl Filesystem for WsFs {
         reply: ReplyAttr,
     ) {
         let mut st = self.st();
+        // FATTR_KILL_SUIDGID, which fuser does not pass, as the kernel sets
+        // it (fuse_do_setattr()): on every chown of a non-directory, and on
+        // a truncate by a caller without CAP_FSETID (killpriv.rs).
+        let kill = st.killpriv
+            && (uid.is_some()
+                || gid.is_some()
+                || (size.is_some() && !may_keep_privs(st.ids, req.uid())));
         let uid = uid.map(|u| st.ids.inbound_uid(u));
         let gid = gid.map(|g| st.ids.inbound_gid(g));
-        match st.tx(|s| s.do_setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime)) {
+        let r = st.tx(|s| {
+            let a = s.do_setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime)?;
+            match kill && s.kill_suidgid(ino.0)? {
+                true => s.attr(ino.0),
+                false => Ok(a),
+            }
+        });
+        match r {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }
@@ -353,46 +303,8 @@ impl Filesystem for WsFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (and
-        // sends no setattr), which spares copying up bytes about to go.
-        let trunc = write && flags.0 & libc::O_TRUNC != 0;
-        let mut st = self.st();
-        let r = (|| {
-            let kind = st.node(ino.0)?.kind;
-            if kind == NodeKind::Dir {
-                return Err(Errno::EISDIR);
-            }
-            if kind != NodeKind::File {
-                return Err(Errno::EINVAL);
-            }
-            if write && !matches!(st.node(ino.0)?.data, Data::Upper(_)) {
-                // Copy-up before the reply: a passthrough write-open needs
-                // its final backing file now.
-                let busy = st.node(ino.0)?.backing.is_some();
-                if busy {
-                    return Err(Errno::ETXTBSY);
-                }
-                if trunc {
-                    st.tx(|s| s.copy_up_truncated(ino.0))?;
-                } else {
-                    st.tx(|s| s.copy_up(ino.0))?;
-                }
-            }
-            if trunc {
-                st.tx(|s| s.open_truncate(ino.0))?;
-            }
-            self.open_reply(&mut st, ino.0)
-        })();
-        match r {
-            Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
-            Ok((fh, None)) => match self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
-                None => reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE),
-            },
-            Err(e) => reply.error(e),
-        }
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.do_open(req, ino, flags, reply);
     }
 
     fn create(
@@ -402,36 +314,10 @@ impl Filesystem for WsFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.new_node(req, parent, name, NodeKind::File, mode, new_file_data());
-        let (ino, attr) = match r {
-            Ok(x) => x,
-            Err(e) => return reply.error(e),
-        };
-        let mut st = self.st();
-        let fh = st.new_fh(Handle::File { ino });
-        if let Ok(n) = st.node_mut(ino) {
-            n.opens += 1;
-        }
-        match self.new_backing(&mut st, ino, |f| reply.open_backing(f)) {
-            Some(id) => reply.created_passthrough(
-                &TTL,
-                &attr,
-                Generation(0),
-                FileHandle(fh),
-                FILE_OPEN,
-                &id,
-            ),
-            None => reply.created(
-                &TTL,
-                &attr,
-                Generation(0),
-                FileHandle(fh),
-                FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-        }
+        self.do_create(req, parent, name, mode, flags, reply);
     }
 
     fn read(
@@ -469,26 +355,34 @@ impl Filesystem for WsFs {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let f = {
+        // Set for every write by a caller without CAP_FSETID once
+        // FUSE_HANDLE_KILLPRIV_V2 is on (killpriv.rs).
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let (f, killed) = {
             let mut st = self.st();
+            let kill = kill && st.killpriv;
             let r = st.tx(|s| {
                 s.copy_up(ino.0)?;
                 s.mark_written(ino.0)?;
-                s.data_file(ino.0)
+                let killed = kill && s.kill_suidgid(ino.0)?;
+                Ok((s.data_file(ino.0)?, killed))
             });
             match r {
-                Ok(f) => f,
+                Ok(x) => x,
                 Err(e) => return reply.error(e),
             }
         };
         match f.write_all_at(data, offset) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(io_errno("write", e)),
+        }
+        if killed {
+            self.inval_attr(ino);
         }
     }
 
@@ -661,7 +555,13 @@ impl Filesystem for WsFs {
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.getxattr_kills(req, ino, name_bytes(name)) {
+            // No `security.` xattrs are stored: the answer is ENODATA.
+            reply.error(Errno::NO_XATTR);
+            self.inval_attr(ino);
+            return;
+        }
         let st = self.st();
         let v = match st.node(ino.0) {
             Ok(n) => n.xattrs.get(name_bytes(name)).cloned(),
@@ -789,7 +689,7 @@ fn negative_attr() -> fuser::FileAttr {
     }
 }
 
-fn new_file_data() -> Data {
+pub(crate) fn new_file_data() -> Data {
     Data::Upper(UpperInfo {
         origin: None,
         origin_size: 0,

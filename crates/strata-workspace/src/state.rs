@@ -48,8 +48,9 @@ pub(crate) fn io_errno(what: &str, e: std::io::Error) -> Errno {
 
 pub(crate) enum Handle {
     File {
-        #[allow(dead_code)] // kept for debugging and future lock support
         ino: u64,
+        /// Opened for writing (O_WRONLY or O_RDWR).
+        write: bool,
     },
     Dir {
         entries: Vec<(u64, fuser::FileType, Vec<u8>)>,
@@ -73,6 +74,8 @@ pub(crate) struct State {
     pub ids: IdMapping,
     /// Passthrough negotiated with the kernel for the live mount.
     pub passthrough: bool,
+    /// FUSE_HANDLE_KILLPRIV_V2 negotiated: suid/sgid are ours to clear.
+    pub killpriv: bool,
     /// Base hard-link groups whose inode changed: their other links, in
     /// directories nobody looked at, must be found before status/commit.
     pub pending_groups: std::collections::BTreeSet<u64>,

@@ -540,6 +540,7 @@ fn new_state(
         next_fh: 1,
         ids: Default::default(),
         passthrough: false,
+        killpriv: false,
         pending_groups: Default::default(),
         scanned_groups: Default::default(),
     })

@@ -1,0 +1,197 @@
+//! OPEN and CREATE of regular files, and the choice between passthrough
+//! (the kernel reads and writes the backing file itself) and serving the
+//! bytes in the daemon.
+
+use crate::fs::{new_file_data, WsFs, TTL};
+use crate::killpriv::{has_privs, may_keep_privs};
+use crate::node::{Backing, Data, NodeKind};
+use crate::state::{Handle, State, R};
+use fuser::{
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyCreate,
+    ReplyOpen, Request,
+};
+use std::ffi::OsStr;
+use std::sync::Arc;
+
+/// Open flags for regular files. FOPEN_NOFLUSH: close(2) sends no FLUSH
+/// (fuse_flush() returns at once when it is set and there is no writeback
+/// cache); we keep no per-handle state that a flush would settle, and data
+/// is written synchronously (WRITE) or by the kernel (passthrough), so the
+/// round trip would buy nothing.
+const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
+
+impl WsFs {
+    /// Reply to an open/create: with passthrough, all handles of one inode
+    /// share one backing file (the kernel refuses a second, different one
+    /// with EBUSY, and refuses to mix passthrough and cached opens).
+    fn open_reply(
+        &self,
+        st: &mut State,
+        ino: u64,
+        write: bool,
+    ) -> R<(u64, Option<Arc<fuser::BackingId>>)> {
+        let fh = st.new_fh(Handle::File { ino, write });
+        st.node_mut(ino)?.opens += 1;
+        if !st.passthrough {
+            return Ok((fh, None));
+        }
+        let upper = matches!(st.node(ino)?.data, Data::Upper(_));
+        let n = st.node(ino)?;
+        match &n.backing {
+            Some(b) if b.upper == upper => Ok((fh, Some(b.id.clone()))),
+            Some(_) => {
+                // Readers share the base content's cache file; a writer
+                // needs its own copy, which the kernel cannot switch to
+                // while those readers are open. Like a running executable:
+                // ETXTBSY until they close.
+                self.undo_open(st, ino, fh);
+                Err(Errno::ETXTBSY)
+            }
+            None => Ok((fh, None)),
+        }
+    }
+
+    fn undo_open(&self, st: &mut State, ino: u64, fh: u64) {
+        st.handles.remove(&fh);
+        if let Ok(n) = st.node_mut(ino) {
+            n.opens = n.opens.saturating_sub(1);
+        }
+    }
+
+    /// Register the inode's data file as its passthrough backing, if we
+    /// should; `None` means answer without passthrough.
+    fn new_backing(
+        &self,
+        st: &mut State,
+        ino: u64,
+        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
+    ) -> Option<Arc<fuser::BackingId>> {
+        if !st.passthrough {
+            return None;
+        }
+        let n = st.node(ino).ok()?;
+        if n.backing.is_some() || n.opens > 1 {
+            return None;
+        }
+        // With FUSE_HANDLE_KILLPRIV_V2 the server clears suid/sgid on
+        // write, and a passthrough write never reaches the server: such a
+        // file is served here (see killpriv.rs). Rare files; the cost is
+        // one round trip per write to them.
+        if st.killpriv && has_privs(n.perm) {
+            return None;
+        }
+        let upper = matches!(n.data, Data::Upper(_));
+        let f = st.data_file(ino).ok()?;
+        match open_backing(&f) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                st.node_mut(ino).ok()?.backing = Some(Backing {
+                    id: id.clone(),
+                    upper,
+                });
+                Some(id)
+            }
+            Err(e) => {
+                tracing::warn!("passthrough backing for inode {ino} refused ({e}); serving reads and writes in the daemon");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn do_open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+        // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (and
+        // sends no setattr), which spares copying up bytes about to go.
+        let trunc = write && flags.0 & libc::O_TRUNC != 0;
+        let mut killed = false;
+        let mut st = self.st();
+        let r = (|| {
+            let kind = st.node(ino.0)?.kind;
+            if kind == NodeKind::Dir {
+                return Err(Errno::EISDIR);
+            }
+            if kind != NodeKind::File {
+                return Err(Errno::EINVAL);
+            }
+            if write && !matches!(st.node(ino.0)?.data, Data::Upper(_)) {
+                // Copy-up before the reply: a passthrough write-open needs
+                // its final backing file now.
+                let busy = st.node(ino.0)?.backing.is_some();
+                if busy {
+                    return Err(Errno::ETXTBSY);
+                }
+                if trunc {
+                    st.tx(|s| s.copy_up_truncated(ino.0))?;
+                } else {
+                    st.tx(|s| s.copy_up(ino.0))?;
+                }
+            }
+            if trunc {
+                // FUSE_OPEN_KILL_SUIDGID, which fuser does not pass: the
+                // caller's uid stands for its CAP_FSETID (killpriv.rs).
+                let kill = st.killpriv && !may_keep_privs(st.ids, req.uid());
+                st.tx(|s| {
+                    s.open_truncate(ino.0)?;
+                    if kill {
+                        killed = s.kill_suidgid(ino.0)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            self.open_reply(&mut st, ino.0, write)
+        })();
+        match r {
+            Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
+            Ok((fh, None)) => match self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
+                None => reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE),
+            },
+            Err(e) => reply.error(e),
+        }
+        drop(st);
+        if killed {
+            // After an atomic O_TRUNC open the kernel invalidates only size
+            // and times (fuse_finish_open()), not the mode.
+            self.inval_attr(ino);
+        }
+    }
+
+    pub(crate) fn do_create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.new_node(req, parent, name, NodeKind::File, mode, new_file_data());
+        let (ino, attr) = match r {
+            Ok(x) => x,
+            Err(e) => return reply.error(e),
+        };
+        let mut st = self.st();
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = st.new_fh(Handle::File { ino, write });
+        if let Ok(n) = st.node_mut(ino) {
+            n.opens += 1;
+        }
+        match self.new_backing(&mut st, ino, |f| reply.open_backing(f)) {
+            Some(id) => reply.created_passthrough(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FILE_OPEN,
+                &id,
+            ),
+            None => reply.created(
+                &TTL,
+                &attr,
+                Generation(0),
+                FileHandle(fh),
+                FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
+            ),
+        }
+    }
+}
