@@ -121,7 +121,7 @@ pub enum Command {
     /// status, commit, unmount.
     #[command(subcommand)]
     Ws(crate::mount::WsCmd),
-    /// Create, list, inspect, tail and remove Sandboxes (needs root).
+    /// Create, list, inspect, tail, restart and remove Sandboxes (needs root).
     #[command(subcommand)]
     Sandbox(crate::sandbox::SandboxCmd),
     /// Run one command in a Workspace of a Sandbox: forwards stdin (EOF

@@ -50,6 +50,12 @@ pub enum SandboxCmd {
         #[arg(long, value_name = "N", default_value_t = 50)]
         tail: usize,
     },
+    /// Start the daemon of a stopped Sandbox again (it crashed, was killed
+    /// or stopped): same ID, token, Store and config; the Workspaces that
+    /// were mounted come back under their IDs with their uncommitted
+    /// changes. A running Sandbox is refused.
+    #[command(after_help = "Example:\n  strata sandbox restart $SB && strata ws status $WS")]
+    Restart { sandbox: String },
     /// Stop a Sandbox and delete its record (B9); the Store is untouched.
     /// Refuses while a Workspace has uncommitted changes (closing deletes
     /// them) unless --discard.
@@ -268,6 +274,38 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             let sb = open(&sandbox).await?;
             let log = sb.logs(tail).await?;
             ctx.emit(json!({"sandbox": sandbox, "log": log}), || log.clone())
+        }
+        SandboxCmd::Restart { sandbox } => {
+            let mut sb = open(&sandbox).await?;
+            sb.restart().await?;
+            let wss = sb.workspaces().await?;
+            let unrecovered = sb.health().await?.unrecovered;
+            let v = json!({
+                "sandbox": sb.id(),
+                "workspaces": wss.iter().map(ws_json).collect::<Vec<_>>(),
+                "unrecovered": unrecovered
+                    .iter()
+                    .map(|u| json!({"workspace": u.id, "path": u.path, "error": u.error}))
+                    .collect::<Vec<_>>(),
+            });
+            ctx.emit(v, || {
+                let mut s = format!("Restarted Sandbox {}\n", sb.id());
+                for w in &wss {
+                    s.push_str(&format!(
+                        "  {} at {} ({}): mounted again\n",
+                        w.id(),
+                        w.path(),
+                        w.branch()
+                    ));
+                }
+                for u in &unrecovered {
+                    s.push_str(&format!(
+                        "  {} NOT recovered (its scratch is kept): {}\n",
+                        u.id, u.error
+                    ));
+                }
+                s
+            })
         }
         SandboxCmd::Rm { sandbox, discard } => {
             let sb = open(&sandbox).await?;

@@ -361,3 +361,50 @@ fn a_lost_commit_race_prints_the_actual_head_and_what_to_do() {
     sb.ok(&["ws", "unmount", &w2, "--discard"]);
     sb.ok(&["ws", "unmount", &w1]);
 }
+
+/// `strata sandbox restart` after the daemon was killed: the Workspace
+/// comes back under its ID with its uncommitted file, which commits; a
+/// running Sandbox is refused.
+#[test]
+fn sandbox_restart_brings_back_a_killed_daemons_workspace() {
+    let sb = Sb::with_project(&[("f.txt", b"base\n")]);
+    let id = sb.create(&[]);
+    let _rm = Rm(&sb, id.clone());
+    let ws = sb.mount(&id, "p/main");
+    assert!(sb.sh(&ws, "echo kept > kept.txt").status.success());
+    let out = sb.run(&["sandbox", "restart", &id], None);
+    assert_eq!(out.status.code(), Some(1), "restart while running: {out:?}");
+    assert!(
+        text(&out.stderr).contains("restart"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    sb.kill9_daemon(&id);
+    let out = sb.run(&["ws", "status", &ws], None);
+    assert!(!out.status.success(), "a dead daemon answered: {out:?}");
+
+    let r = sb.json(&["sandbox", "restart", &id]);
+    assert_eq!(r["sandbox"], id.as_str(), "{r}");
+    assert_eq!(r["workspaces"][0]["workspace"], ws.as_str(), "{r}");
+    assert_eq!(r["workspaces"][0]["path"], "/workspace", "{r}");
+    assert_eq!(r["unrecovered"], serde_json::json!([]), "{r}");
+    let st = sb.json(&["ws", "status", &ws]);
+    assert!(
+        st["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["path"] == "kept.txt" && c["kind"] == "added"),
+        "{st}"
+    );
+    assert_eq!(
+        sb.ok(&["exec", &ws, "--no-stdin", "--", "cat", "kept.txt"]),
+        b"kept\n"
+    );
+    let c = sb.json(&["ws", "commit", &ws, "-m", "after restart"]);
+    assert_eq!(c["committed"], true, "{c}");
+    assert_eq!(sb.ok(&["cat", "p/main", "kept.txt"]), b"kept\n");
+    assert_eq!(sb.ok(&["cat", "p/main", "f.txt"]), b"base\n");
+    sb.ok(&["ws", "unmount", &ws]);
+}

@@ -25,6 +25,23 @@ pub struct Health {
     pub workspaces: usize,
     /// Execs still running.
     pub running_execs: usize,
+    /// Workspaces that were mounted when the previous daemon on this
+    /// scratch directory ended and could not be mounted again at this
+    /// start (their scratch is kept as it was). Empty when all were.
+    #[serde(default)]
+    pub unrecovered: Vec<UnrecoveredWorkspace>,
+}
+
+/// A Workspace the daemon could not serve again at start (see
+/// [`Health::unrecovered`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnrecoveredWorkspace {
+    /// The Workspace ID (its scratch directory's name).
+    pub id: String,
+    /// Where it was mounted, if its record said.
+    pub path: Option<String>,
+    /// Why it could not be recovered.
+    pub error: String,
 }
 
 /// `POST /v1/workspaces`: mount a Workspace of branch `ref`.

@@ -57,6 +57,15 @@ pub struct DaemonConfig {
     /// Skip the Store's filesystem-type check.
     #[serde(default)]
     pub allow_any_fs: bool,
+    /// The scratch directory is this daemon's alone (a Sandbox's): record
+    /// each mounted Workspace there and, at start, mount again the ones
+    /// that were mounted when the previous daemon on it ended (crashed,
+    /// killed or stopped), same ID and path, uncommitted state recovered
+    /// (see `recover.rs`). Off by default: host mounts run one daemon per
+    /// mount on one shared scratch root, where a new daemon must not take
+    /// over the others' Workspaces.
+    #[serde(default)]
+    pub recover_workspaces: bool,
 }
 
 impl DaemonConfig {
@@ -81,6 +90,7 @@ impl DaemonConfig {
             default_user: None,
             output_buffer_bytes: None,
             allow_any_fs: false,
+            recover_workspaces: false,
         }
     }
 

@@ -15,6 +15,12 @@
 //!   token (32 random bytes, hex) is read from a 0600 file named in the
 //!   config, never from argv or the environment. Anything else gets a bare
 //!   401.
+//! * Restart: with [`DaemonConfig::recover_workspaces`] (a Sandbox's
+//!   daemon), the Workspaces mounted when the previous daemon on the same
+//!   scratch directory ended are reopened and mounted again, same IDs and
+//!   paths, before the marker; failures are logged and listed in
+//!   `GET /v1/health` (`unrecovered`) and never stop the start
+//!   (`recover.rs`).
 //! * API: [`api`] (types) and `docs/api/openapi.yaml` (the published
 //!   description). Exec output rule (client disconnects, backpressure): see
 //!   [`exec`].
@@ -27,6 +33,7 @@ pub mod api;
 pub mod config;
 mod error;
 pub mod exec;
+mod recover;
 mod server;
 
 use std::os::fd::AsRawFd;
@@ -58,7 +65,9 @@ pub fn main_from_args(args: &[std::ffi::OsString]) -> Result<(), DaemonError> {
 
 /// Run the daemon until SIGTERM, SIGINT or `POST /v1/shutdown`; then
 /// cancel running execs, unmount the Workspaces (uncommitted work stays in
-/// the scratch directory, recoverable by ID) and remove the socket.
+/// the scratch directory, recoverable by ID; with
+/// [`DaemonConfig::recover_workspaces`] the next start on the same scratch
+/// mounts them again) and remove the socket.
 pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let token = read_token(&config.token_file)?;
     init_logging(&config.log_file)?;
@@ -197,9 +206,30 @@ async fn serve(
         store,
         helper_exe,
         workspaces: Mutex::new(Default::default()),
+        unrecovered: Mutex::new(Vec::new()),
         execs: Mutex::new(Default::default()),
         shutdown: tx,
     });
+    // Before the marker: a restarted Sandbox is ready when its Workspaces
+    // are mounted again (on a worker thread: reopening walks the journal).
+    if config.recover_workspaces {
+        let st = state.clone();
+        let (served, failed) =
+            tokio::task::spawn_blocking(move || recover::recover(&st.config, &st.store))
+                .await
+                .map_err(|e| DaemonError::Io {
+                    action: "recover the Workspaces (worker thread failed)",
+                    path: config.scratch_dir.clone(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+        tracing::info!(
+            recovered = served.len(),
+            unrecovered = failed.len(),
+            "Workspaces of the previous run"
+        );
+        state.workspaces.lock().unwrap().extend(served);
+        *state.unrecovered.lock().unwrap() = failed;
+    }
     let app = server::router(state.clone());
 
     let mut marker = format!(

@@ -18,12 +18,13 @@ use axum::{Json, Router};
 use base64::Engine;
 use serde::Deserialize;
 use strata_store::Store;
-use strata_workspace::{CommitOutcome, MountHandle, MountOptions, Workspace, WorkspaceOptions};
+use strata_workspace::{CommitOutcome, MountHandle, Workspace};
 
 use crate::api::{self, *};
 use crate::config::DaemonConfig;
 use crate::error::{ws_error, ApiError};
 use crate::exec::{Exec, Launch, LaunchError, StdinError};
+use crate::recover;
 
 /// Most finished execs kept for status/wait before the oldest are dropped.
 const KEEP_FINISHED: usize = 1000;
@@ -40,6 +41,8 @@ pub(crate) struct AppState {
     pub store: Store,
     pub helper_exe: PathBuf,
     pub workspaces: Mutex<HashMap<String, WsEntry>>,
+    /// Workspaces found recorded at start that could not be served again.
+    pub unrecovered: Mutex<Vec<api::UnrecoveredWorkspace>>,
     pub execs: Mutex<HashMap<String, Arc<Exec>>>,
     pub shutdown: tokio::sync::watch::Sender<bool>,
 }
@@ -114,6 +117,7 @@ async fn health(State(st): St) -> Json<Health> {
         version: env!("CARGO_PKG_VERSION").into(),
         workspaces: st.workspaces.lock().unwrap().len(),
         running_execs: running,
+        unrecovered: st.unrecovered.lock().unwrap().clone(),
     })
 }
 
@@ -178,35 +182,22 @@ async fn mount(
     }
     let st2 = st.clone();
     let info = blocking(move || {
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_dir() => {}
-            Ok(_) => {
-                return Err(ApiError::invalid(format!(
-                    "mount path {} exists and is not a directory (symlinks are not followed)",
-                    at.display()
-                )))
-            }
-            Err(_) => std::fs::create_dir_all(&at).map_err(|e| {
-                ApiError::invalid(format!("cannot create mount path {}: {e}", at.display()))
-                    .hint("mount under a writable directory of the Sandbox, or one that exists")
-            })?,
-        }
-        let opts = WorkspaceOptions {
-            root_owner: Some(st2.config.default_user()),
-            ..Default::default()
-        };
+        recover::prepare_mountpoint(&at)?;
+        let opts = recover::workspace_options(&st2.config);
         let ws = Workspace::create(&st2.store, &req.reference, &st2.config.scratch_dir, &opts)
             .map_err(ws_error)?;
-        let mopts = MountOptions {
-            allow_other: true,
-            fsname: format!("strata:{}", ws.id()),
-            ..Default::default()
-        };
-        let handle = match ws.mount(&at, &mopts) {
+        // Recorded before it is served: a daemon that dies from here on is
+        // restarted with this Workspace mounted again.
+        let recorded = recover::record_mount(&st2.config, ws.id(), &at, &ws.branch().to_string());
+        let handle = match recorded.and_then(|()| {
+            ws.mount(&at, &recover::mount_options(ws.id()))
+                .map_err(ws_error)
+        }) {
             Ok(h) => h,
             Err(e) => {
+                let _ = recover::forget_mount(&st2.config, ws.id());
                 let _ = ws.discard();
-                return Err(ws_error(e));
+                return Err(e);
             }
         };
         let id = ws.id().to_string();
@@ -326,6 +317,11 @@ async fn ws_unmount(
             .hint("commit them first, or unmount with \"discard\": true to drop them"));
         }
     }
+    find_ws(&st, &id)?;
+    // Forgotten first: a crash after this point leaves the Workspace
+    // unmounted at the next start (its scratch kept unless discarded),
+    // never mounted again against the caller's request.
+    recover::forget_mount(&st.config, &id)?;
     let entry = st.workspaces.lock().unwrap().remove(&id).ok_or_else(|| {
         ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
     })?;

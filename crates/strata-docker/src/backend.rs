@@ -11,8 +11,8 @@ use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
 use strata_sandbox::backend_files::{
-    invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex, read_record,
-    state_err, valid_id, valid_name, write_private, write_record, RECORD,
+    invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex,
+    read_record, remove_tree, state_err, valid_id, valid_name, write_private, write_record, RECORD,
 };
 use strata_sandbox::{
     Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
@@ -392,6 +392,8 @@ impl Backend for DockerBackend {
     }
 
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
+        let (dir, _) = self.load(id)?;
+        let _lock = lock_runs(&dir)?;
         let (dir, mut rec) = self.load(id)?;
         if rec.install.is_none() || rec.started {
             return Err(BackendError::WrongState {
@@ -406,99 +408,48 @@ impl Backend for DockerBackend {
         }
         rec.started = true;
         write_record(&dir, &rec)?;
-        let fail = |this: &Self, rec: &Record, message: String| {
-            // Nothing of the Sandbox may keep running; the container stays
-            // (stopped) for its log until delete.
-            let _ = this.engine.expect(
-                Method::POST,
-                &format!("/containers/{}/kill", rec.container),
-                None,
-                &[404, 409],
-            );
-            let _ = this.engine.expect(
-                Method::POST,
-                &format!("/containers/{}/wait?condition=not-running", rec.container),
-                None,
-                &[404],
-            );
-            BackendError::Step {
-                id: rec.id.clone(),
-                step: "start",
-                message,
-                log_tail: this.tail_of(&dir, rec, FAILURE_TAIL_LINES),
-            }
-        };
-        match self.engine.expect(
-            Method::POST,
-            &format!("/containers/{}/start", rec.container),
-            None,
-            &[],
-        ) {
-            Ok(_) => {}
-            Err(DockerError::Engine { status: 404, .. }) => {
-                return Err(fail(
-                    self,
-                    &rec,
-                    format!("container {} was removed outside strata", rec.container),
-                ))
-            }
-            Err(e) => return Err(fail(self, &rec, e.to_string())),
+        self.run_container(id, &dir, rec, timeout, 0)
+    }
+
+    /// B4+B5 again: `POST /containers/{id}/start` on the same stopped
+    /// container, so the same binds (state directory with the token,
+    /// config, log and Workspace scratch; the Store), the same image and
+    /// options; Docker makes fresh tmpfs mounts and a fresh init.
+    fn restart(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
+        let (dir, _) = self.load(id)?;
+        // Two restarts at once would both find the container stopped; the
+        // second waits here, then finds it running and is refused.
+        let _lock = lock_runs(&dir)?;
+        let (dir, mut rec) = self.load(id)?;
+        let inspect = self.inspect(&rec)?;
+        let state = Self::state_of(&rec, inspect.as_ref());
+        if rec.install.is_none() || !rec.started || state != State::Stopped {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "restart (only a stopped Sandbox restarts; stop a running one first)",
+                state,
+            });
         }
-        if let Err(why) = self.verify_started(&rec) {
-            return Err(fail(self, &rec, why));
-        }
-        let marker = match self.wait_marker(&rec, timeout) {
-            Ok(m) => m,
-            Err(Ok(why)) => return Err(fail(self, &rec, why)),
-            Err(Err(())) => {
-                let e = fail(self, &rec, String::new());
-                let BackendError::Step { log_tail, .. } = e else {
-                    unreachable!("fail returns Step")
-                };
-                return Err(BackendError::NoMarker {
-                    id: id.clone(),
-                    waited: timeout,
-                    log_tail,
-                });
-            }
-        };
-        // B6: the daemon's socket, named as it sees it, must be in the
-        // bind-mounted directory (so the host reaches it) and 0600.
-        let socket = marker
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("socket="))
-            .and_then(|s| to_host(&dir, Path::new(s)));
-        let socket = match socket {
-            Some(s) => s,
-            None => {
-                return Err(fail(
-                    self,
-                    &rec,
-                    format!("marker without a socket= under {INSIDE_ROOT}: {marker:?}"),
-                ))
-            }
-        };
-        let ok = fs::metadata(&socket)
-            .map(|m| m.file_type().is_socket() && m.mode() & 0o077 == 0)
-            .unwrap_or(false);
-        if !ok {
-            return Err(fail(
-                self,
-                &rec,
+        if inspect.is_none() {
+            return Err(step(
+                id,
+                "restart",
                 format!(
-                    "the daemon's socket {} must be a socket of mode 0600",
-                    socket.display()
+                    "container {} was removed outside strata; nothing to restart (delete the Sandbox)",
+                    rec.container
                 ),
             ));
         }
-        rec.marker = Some(marker.clone());
-        rec.socket = Some(socket.clone());
+        // The container log keeps every run's output: the new marker is
+        // the first line after what the stopped container already wrote
+        // (nothing is added to it while it is stopped).
+        let skip = self
+            .stdout_so_far(&rec)
+            .map_err(|e| step(id, "read the container log before restart", e))?;
+        rec.marker = None;
+        rec.socket = None;
         write_record(&dir, &rec)?;
-        Ok(Started {
-            marker,
-            endpoint: Endpoint::Unix { path: socket },
-            token_file: dir.join("token"),
-        })
+        self.run_container(id, &dir, rec, timeout, skip)
     }
 
     fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError> {
@@ -604,7 +555,119 @@ impl Backend for DockerBackend {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(state_err("remove the Store mount point", &store_mp)(e)),
         }
-        fs::remove_dir_all(&dir).map_err(state_err("remove the state directory", &dir))
+        // Commands write into the scratch space below: a tree of any
+        // depth, which remove_dir_all would walk by recursion.
+        remove_tree(&dir).map_err(state_err("remove the state directory", &dir))
+    }
+}
+
+impl DockerBackend {
+    /// B4+B5+B6 for one run of the container (first start or restart):
+    /// start it, verify what the Engine made, wait for the marker (the
+    /// first stdout line after the `skip` bytes earlier runs wrote), check
+    /// the socket. On failure the container is killed (it stays, stopped,
+    /// for its log) and the error carries the log tail.
+    fn run_container(
+        &self,
+        id: &SandboxId,
+        dir: &Path,
+        mut rec: Record,
+        timeout: Duration,
+        skip: usize,
+    ) -> Result<Started, BackendError> {
+        let fail = |this: &Self, rec: &Record, message: String| {
+            // Nothing of the Sandbox may keep running; the container stays
+            // (stopped) for its log until delete.
+            let _ = this.engine.expect(
+                Method::POST,
+                &format!("/containers/{}/kill", rec.container),
+                None,
+                &[404, 409],
+            );
+            let _ = this.engine.expect(
+                Method::POST,
+                &format!("/containers/{}/wait?condition=not-running", rec.container),
+                None,
+                &[404],
+            );
+            BackendError::Step {
+                id: rec.id.clone(),
+                step: "start",
+                message,
+                log_tail: this.tail_of(dir, rec, FAILURE_TAIL_LINES),
+            }
+        };
+        match self.engine.expect(
+            Method::POST,
+            &format!("/containers/{}/start", rec.container),
+            None,
+            &[],
+        ) {
+            Ok(_) => {}
+            Err(DockerError::Engine { status: 404, .. }) => {
+                return Err(fail(
+                    self,
+                    &rec,
+                    format!("container {} was removed outside strata", rec.container),
+                ))
+            }
+            Err(e) => return Err(fail(self, &rec, e.to_string())),
+        }
+        if let Err(why) = self.verify_started(&rec) {
+            return Err(fail(self, &rec, why));
+        }
+        let marker = match self.wait_marker(&rec, timeout, skip) {
+            Ok(m) => m,
+            Err(Ok(why)) => return Err(fail(self, &rec, why)),
+            Err(Err(())) => {
+                let e = fail(self, &rec, String::new());
+                let BackendError::Step { log_tail, .. } = e else {
+                    unreachable!("fail returns Step")
+                };
+                return Err(BackendError::NoMarker {
+                    id: id.clone(),
+                    waited: timeout,
+                    log_tail,
+                });
+            }
+        };
+        // B6: the daemon's socket, named as it sees it, must be in the
+        // bind-mounted directory (so the host reaches it) and 0600.
+        let socket = marker
+            .split_whitespace()
+            .find_map(|f| f.strip_prefix("socket="))
+            .and_then(|s| to_host(dir, Path::new(s)));
+        let socket = match socket {
+            Some(s) => s,
+            None => {
+                return Err(fail(
+                    self,
+                    &rec,
+                    format!("marker without a socket= under {INSIDE_ROOT}: {marker:?}"),
+                ))
+            }
+        };
+        let ok = fs::metadata(&socket)
+            .map(|m| m.file_type().is_socket() && m.mode() & 0o077 == 0)
+            .unwrap_or(false);
+        if !ok {
+            return Err(fail(
+                self,
+                &rec,
+                format!(
+                    "the daemon's socket {} must be a socket of mode 0600",
+                    socket.display()
+                ),
+            ));
+        }
+        rec.marker = Some(marker.clone());
+        rec.socket = Some(socket.clone());
+        write_record(dir, &rec)?;
+        Ok(Started {
+            marker,
+            endpoint: Endpoint::Unix { path: socket },
+            token_file: dir.join("token"),
+        })
     }
 }
 

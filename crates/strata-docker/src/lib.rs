@@ -9,6 +9,7 @@
 //! | B3 the static strata binary (0755) and the daemon's config (0600) uploaded through the archive API into the stopped container | `install_daemon`, [`exe`] |
 //! | B4 start with `/dev/fuse`, CAP_SYS_ADMIN, no-new-privileges, Docker's init, read-only root, tmpfs /tmp; inspect after start and refuse anything widened | `start`, [`container::verify`], [`container::verify_process`] |
 //! | B5 the daemon's startup marker from the container's stdout, with a deadline; a bounded log tail on failure | `start`, `log_tail` |
+//! | B4+B5 again after the daemon died: `POST /containers/{id}/start` on the same stopped container (same binds, so the same token, config, log and Workspace scratch), verified and awaited as at start; the marker is the first stdout line after the earlier runs' | `restart` |
 //! | B6 the daemon's Unix socket in the bind-mounted private directory, reached from the host at its host path | `start` |
 //! | B7 execs through the daemon, exactly as native | (the daemon) |
 //! | B8 reopen by exact ID, B9 stop then remove (never the Store, never a volume), B10 list by label | `open`, `stop`/`delete`, `list` |

@@ -155,12 +155,29 @@ impl DockerBackend {
             .map_err(|e| step(&rec.id, "remove the container", e))
     }
 
-    /// Wait for the first stdout line of the container (B5), polling its
-    /// log; the container's exit ends the wait at once.
+    /// How many bytes of stdout the container's earlier runs left in its
+    /// log (a restart's marker is the first line after them).
+    pub(crate) fn stdout_so_far(&self, rec: &Record) -> Result<usize, DockerError> {
+        let path = format!("/containers/{}/logs?stdout=1&stderr=0", rec.container);
+        let r = self.engine.call(Method::GET, &path, None)?;
+        if !r.status.is_success() {
+            return Err(DockerError::Engine {
+                action: format!("GET {path}"),
+                status: r.status.as_u16(),
+                message: r.message(),
+            });
+        }
+        Ok(demux_logs(&r.body).0.len())
+    }
+
+    /// Wait for the first stdout line of the container (B5) after the
+    /// `skip` bytes of earlier runs, polling its log; the container's exit
+    /// ends the wait at once.
     pub(crate) fn wait_marker(
         &self,
         rec: &Record,
         timeout: Duration,
+        skip: usize,
     ) -> Result<String, Result<String, ()>> {
         let start = Instant::now();
         let logs = format!("/containers/{}/logs?stdout=1&stderr=0", rec.container);
@@ -183,7 +200,11 @@ impl DockerBackend {
                 Err(e) => return Err(Ok(e.to_string())),
             };
             let out = match self.engine.call(Method::GET, &logs, None) {
-                Ok(r) if r.status.is_success() => demux_logs(&r.body).0,
+                Ok(r) if r.status.is_success() => {
+                    let mut out = demux_logs(&r.body).0;
+                    out.drain(..skip.min(out.len()));
+                    out
+                }
                 Ok(r) => {
                     return Err(Ok(format!(
                         "container log: HTTP {}: {}",

@@ -12,7 +12,8 @@
 //! | `daemon.log` (0600) | the daemon's log (B5) | the daemon |
 //! | `daemon.sock` | the daemon's Unix socket (B6) | the daemon |
 //! | `store/` | mount point of the Store (B2) | the Engine binds it |
-//! | `scratch/` | the daemon's Workspace scratch space | the daemon |
+//! | `scratch/` | the daemon's Workspace scratch space (kept across restarts) | the daemon |
+//! | `run.lock` | `flock`ed by start and restart: one run at a time | the backend |
 //!
 //! The container's stdout and stderr (the startup marker, early errors)
 //! are the Engine's container log, read through the API.
@@ -43,7 +44,8 @@ pub(crate) struct Record {
     /// The static binary uploaded at install.
     pub exe_host: PathBuf,
     pub install: Option<DaemonInstall>,
-    /// Set once start was asked for (one start per Sandbox).
+    /// Set once start was asked for (one start per Sandbox; later runs
+    /// are restarts of the same container).
     pub started: bool,
     pub marker: Option<String>,
     /// The daemon's socket, host path.

@@ -176,6 +176,14 @@ impl Harness for Env {
             ),
         ]
     }
+    fn kill_daemon(&self, info: &SandboxInfo) {
+        // The container's init (docker-init) is State.Pid; the daemon is
+        // its child.
+        let c = info.handle.as_deref().expect("container ID");
+        let i = self.inspect(c).expect("container exists");
+        let init = i["State"]["Pid"].as_u64().expect("a running container") as u32;
+        contract::kill9_daemon_below(init);
+    }
     fn check_running(&self, info: &SandboxInfo, _log: &str) {
         // B1: a full container ID, the image pinned by ID, the labels.
         let c = info.handle.as_deref().expect("container ID");
@@ -228,6 +236,11 @@ impl Harness for Env {
 #[test]
 fn lifecycle_create_start_list_reopen_stop_delete() {
     contract::lifecycle(&env());
+}
+
+#[test]
+fn a_killed_daemon_restarts_in_the_same_container() {
+    contract::restart_after_the_daemon_dies(&env());
 }
 
 #[test]

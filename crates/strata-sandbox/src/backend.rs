@@ -9,6 +9,7 @@
 //! | B3 install the daemon binary (0755) and its private config (0600) | [`Backend::create`] writes the token, [`Backend::install_daemon`] the config |
 //! | B4 start the daemon as root with CAP_SYS_ADMIN and /dev/fuse under a reaping init | [`Backend::start`] |
 //! | B5 startup marker, bounded log tail on failure | [`Backend::start`] returns [`Started`]; [`Backend::log_tail`] |
+//! | B4+B5 again after the daemon died (same ID, token, Store, config, scratch) | [`Backend::restart`] |
 //! | B6 a private endpoint | [`Endpoint`] + [`SandboxInfo::token_file`] |
 //! | B7 exec (nonroot, argv, env, cwd, stdin+EOF, separate streams, exit, ID, cancel) | daemon API over B6; [`ExecRequest`] is its shape |
 //! | B8 reopen by exact ID (running vs stopped, config readable) | [`Backend::open`] |
@@ -287,6 +288,16 @@ pub trait Backend {
     /// for its startup marker; on failure the error carries the log tail
     /// and nothing of the Sandbox keeps running (its record stays, Stopped).
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError>;
+    /// B4+B5+B6 again for a [`State::Stopped`] Sandbox (its daemon
+    /// crashed, was killed or was stopped): the same ID, token, Store,
+    /// config and state directory (so the daemon finds its Workspaces'
+    /// scratch), the daemon as installed. Same contract as
+    /// [`Backend::start`] on failure (log tail, nothing left running, the
+    /// Sandbox stays Stopped and may be restarted again). A Running or
+    /// never-started ([`State::Created`]) Sandbox is refused with
+    /// [`BackendError::WrongState`]: restarting a live daemon would kill
+    /// its running commands, so the caller stops it first, explicitly.
+    fn restart(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError>;
     /// B5: last `lines` of the daemon's log (bounded).
     fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError>;
     /// B8: reopen by exact ID from any process.

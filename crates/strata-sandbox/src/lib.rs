@@ -59,18 +59,21 @@ mod native_state;
 pub mod net;
 pub mod ns;
 pub mod rlimit;
+mod rmtree;
 pub mod seccomp;
 pub mod selfcheck;
 pub mod spec;
 
 /// File and ID helpers shared by the backends' state directories (the
 /// native backend's, and strata-docker's): private 0700/0600 files,
-/// random IDs and tokens, bounded log tails, host mounts below a path.
+/// random IDs and tokens, bounded log tails, host mounts below a path,
+/// and removing a state directory at any depth ([`remove_tree`]).
 pub mod backend_files {
     pub use crate::native_state::{
-        invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex, read_record,
-        state_err, tail, valid_id, valid_name, write_private, write_record, RECORD,
+        invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex,
+        read_record, state_err, tail, valid_id, valid_name, write_private, write_record, RECORD,
     };
+    pub use crate::rmtree::remove_tree;
 }
 
 pub use backend::{

@@ -21,6 +21,11 @@
 //!   line is polled from `daemon.out` until the deadline, the monitor's
 //!   exit ends the wait at once. A file rather than a pipe, so that the
 //!   daemon's stdout outlives the creating process.
+//! * B4/B5 again, [`NativeBackend::restart`] (a Stopped Sandbox only):
+//!   the previous run's monitor must be gone; its cgroup, `report.json`
+//!   and `daemon.out` are removed, then the same daemon is started the
+//!   same way on the same state directory (token, config, log, scratch).
+//!   Start and restart hold `run.lock` so two never race.
 //! * B6: the Unix socket from the marker (it must be in the state
 //!   directory, which is bound at the same path, and mode 0600) and the
 //!   token file.
@@ -45,11 +50,12 @@ use crate::backend::{
 use crate::cgroup::Cgroup;
 use crate::mounts::BindMount;
 use crate::native_state::{
-    check_request, invalid, mkdir_private, mounts_below, new_state_dir, now_unix_ms, paths,
-    random_hex, read_record, state_err, tail, valid_id, write_private, write_record, ProcId,
+    check_request, invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms,
+    paths, random_hex, read_record, state_err, tail, valid_id, write_private, write_record, ProcId,
     Record, RECORD,
 };
 use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
+use crate::rmtree::remove_tree;
 
 /// Lines of log carried by a start failure.
 const FAILURE_TAIL_LINES: usize = 40;
@@ -424,9 +430,12 @@ impl Backend for NativeBackend {
     }
 
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
-        let (dir, mut rec) = self.load(id)?;
+        let (dir, _) = self.load(id)?;
+        let _lock = lock_runs(&dir)?;
+        let (dir, rec) = self.load(id)?;
         let state = Self::state_of(&dir, &rec);
-        // One start per Sandbox: its report, stdout and cgroup belong to one run.
+        // One start per Sandbox: its report, stdout and cgroup belong to
+        // one run (a later run is `restart`, which clears them first).
         let (Some(install), None) = (rec.install.clone(), rec.monitor) else {
             return Err(BackendError::WrongState {
                 id: id.clone(),
@@ -438,6 +447,153 @@ impl Backend for NativeBackend {
                 state,
             });
         };
+        self.run_daemon(id, dir, rec, install, timeout)
+    }
+
+    fn restart(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
+        let (dir, _) = self.load(id)?;
+        // Two restarts at once would both see the Sandbox stopped and start
+        // two daemons on one scratch directory: the second waits here, then
+        // finds it running and is refused.
+        let _lock = lock_runs(&dir)?;
+        let (dir, mut rec) = self.load(id)?;
+        let state = Self::state_of(&dir, &rec);
+        let (Some(install), State::Stopped) = (rec.install.clone(), state) else {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "restart (only a stopped Sandbox restarts; stop a running one first)",
+                state,
+            });
+        };
+        // The monitor may still be on its way out (report written, process
+        // not yet gone): the old run must be over before a new one starts.
+        if let Some(m) = rec.monitor {
+            if !wait_gone(m, KILL_WAIT) {
+                return Err(BackendError::Step {
+                    id: id.clone(),
+                    step: "restart",
+                    message: format!(
+                        "the previous monitor {} is still alive {KILL_WAIT:?} after it reported",
+                        m.pid
+                    ),
+                    log_tail: Self::log_tail_of(&rec),
+                });
+            }
+        }
+        // What belongs to the previous run: its cgroup (a monitor killed
+        // with SIGKILL cannot remove its own), its report (which reads as
+        // stopped) and its stdout (the new marker is read from a new file).
+        // The log, token, config, binary and scratch stay: same Sandbox.
+        Self::cleanup_cgroup(&rec)?;
+        for f in ["report.json", "daemon.out"] {
+            let p = dir.join(f);
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(state_err("remove the previous run's file", &p)(e)),
+            }
+        }
+        // The dead monitor stays recorded until the new one replaces it:
+        // a restart that fails before spawning leaves the Sandbox Stopped
+        // (restartable), not Created.
+        rec.marker = None;
+        rec.socket = None;
+        rec.cgroup = None;
+        write_record(&dir, &rec)?;
+        self.run_daemon(id, dir, rec, install, timeout)
+    }
+
+    fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError> {
+        let (_, rec) = self.load(id)?;
+        let p = &rec.daemon.log_file;
+        tail(p, lines.min(10_000)).map_err(state_err("read the log", p))
+    }
+
+    fn open(&self, id: &SandboxId) -> Result<SandboxInfo, BackendError> {
+        let (dir, rec) = self.load(id)?;
+        Ok(Self::info(&dir, &rec))
+    }
+
+    fn list(&self, filter: &Filter) -> Result<Vec<SandboxInfo>, BackendError> {
+        Ok(self
+            .records()?
+            .into_iter()
+            .filter(|(_, r)| filter.matches(r.name.as_deref(), &r.labels))
+            .map(|(d, r)| Self::info(&d, &r))
+            .collect())
+    }
+
+    fn stop(&self, id: &SandboxId, grace: Duration) -> Result<(), BackendError> {
+        let (_, rec) = self.load(id)?;
+        if let Some(m) = rec.monitor.filter(ProcId::alive) {
+            // The monitor forwards SIGTERM to PID 1, PID 1 to the daemon,
+            // which unmounts its Workspaces and exits.
+            signal(m.pid, rustix::process::Signal::TERM);
+            if !wait_gone(m, grace) {
+                signal(m.pid, rustix::process::Signal::KILL);
+                if !wait_gone(m, KILL_WAIT) {
+                    return Err(BackendError::Step {
+                        id: id.clone(),
+                        step: "stop",
+                        message: format!(
+                            "monitor {} still alive {KILL_WAIT:?} after SIGKILL",
+                            m.pid
+                        ),
+                        log_tail: Self::log_tail_of(&rec),
+                    });
+                }
+            }
+        }
+        Self::cleanup_cgroup(&rec)
+    }
+
+    fn delete(&self, id: &SandboxId) -> Result<(), BackendError> {
+        let (dir, rec) = self.load(id)?;
+        let state = Self::state_of(&dir, &rec);
+        if state == State::Running {
+            return Err(BackendError::WrongState {
+                id: id.clone(),
+                action: "delete",
+                state,
+            });
+        }
+        Self::cleanup_cgroup(&rec)?;
+        let mounts = mounts_below(&dir)?;
+        if !mounts.is_empty() {
+            return Err(BackendError::Step {
+                id: id.clone(),
+                step: "delete",
+                message: format!(
+                    "refusing to remove {}: host mounts below it ({mounts:?}); the native backend makes none, unmount them first",
+                    dir.display()
+                ),
+                log_tail: String::new(),
+            });
+        }
+        // The Store's mount point first and non-recursively: if a Store
+        // were ever there, this fails instead of deleting it.
+        match fs::remove_dir(&rec.daemon.store) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(state_err("remove the Store mount point", &rec.daemon.store)(e)),
+        }
+        // Commands write into the scratch space below: a tree of any
+        // depth, which remove_dir_all would walk by recursion.
+        remove_tree(&dir).map_err(state_err("remove the state directory", &dir))
+    }
+}
+
+impl NativeBackend {
+    /// B4+B5+B6 for one run of the daemon (first start or restart): spawn
+    /// the monitor, record it, wait for the marker and check the socket.
+    fn run_daemon(
+        &self,
+        id: &SandboxId,
+        dir: PathBuf,
+        mut rec: Record,
+        install: DaemonInstall,
+        timeout: Duration,
+    ) -> Result<Started, BackendError> {
         let req = &rec.config;
         // The state directory must exist in a rootfs directory to be bound.
         let mut mountpoints = req.mountpoints.clone();
@@ -588,83 +744,6 @@ impl Backend for NativeBackend {
                 })
             }
         }
-    }
-
-    fn log_tail(&self, id: &SandboxId, lines: usize) -> Result<String, BackendError> {
-        let (_, rec) = self.load(id)?;
-        let p = &rec.daemon.log_file;
-        tail(p, lines.min(10_000)).map_err(state_err("read the log", p))
-    }
-
-    fn open(&self, id: &SandboxId) -> Result<SandboxInfo, BackendError> {
-        let (dir, rec) = self.load(id)?;
-        Ok(Self::info(&dir, &rec))
-    }
-
-    fn list(&self, filter: &Filter) -> Result<Vec<SandboxInfo>, BackendError> {
-        Ok(self
-            .records()?
-            .into_iter()
-            .filter(|(_, r)| filter.matches(r.name.as_deref(), &r.labels))
-            .map(|(d, r)| Self::info(&d, &r))
-            .collect())
-    }
-
-    fn stop(&self, id: &SandboxId, grace: Duration) -> Result<(), BackendError> {
-        let (_, rec) = self.load(id)?;
-        if let Some(m) = rec.monitor.filter(ProcId::alive) {
-            // The monitor forwards SIGTERM to PID 1, PID 1 to the daemon,
-            // which unmounts its Workspaces and exits.
-            signal(m.pid, rustix::process::Signal::TERM);
-            if !wait_gone(m, grace) {
-                signal(m.pid, rustix::process::Signal::KILL);
-                if !wait_gone(m, KILL_WAIT) {
-                    return Err(BackendError::Step {
-                        id: id.clone(),
-                        step: "stop",
-                        message: format!(
-                            "monitor {} still alive {KILL_WAIT:?} after SIGKILL",
-                            m.pid
-                        ),
-                        log_tail: Self::log_tail_of(&rec),
-                    });
-                }
-            }
-        }
-        Self::cleanup_cgroup(&rec)
-    }
-
-    fn delete(&self, id: &SandboxId) -> Result<(), BackendError> {
-        let (dir, rec) = self.load(id)?;
-        let state = Self::state_of(&dir, &rec);
-        if state == State::Running {
-            return Err(BackendError::WrongState {
-                id: id.clone(),
-                action: "delete",
-                state,
-            });
-        }
-        Self::cleanup_cgroup(&rec)?;
-        let mounts = mounts_below(&dir)?;
-        if !mounts.is_empty() {
-            return Err(BackendError::Step {
-                id: id.clone(),
-                step: "delete",
-                message: format!(
-                    "refusing to remove {}: host mounts below it ({mounts:?}); the native backend makes none, unmount them first",
-                    dir.display()
-                ),
-                log_tail: String::new(),
-            });
-        }
-        // The Store's mount point first and non-recursively: if a Store
-        // were ever there, this fails instead of deleting it.
-        match fs::remove_dir(&rec.daemon.store) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(state_err("remove the Store mount point", &rec.daemon.store)(e)),
-        }
-        fs::remove_dir_all(&dir).map_err(state_err("remove the state directory", &dir))
     }
 }
 

@@ -12,7 +12,8 @@
 //! | `daemon.out` (0600) | the daemon's stdout: its startup marker (B5) |
 //! | `daemon.log` (0600) | the daemon's log and stderr (B5) |
 //! | `daemon.sock` | the daemon's Unix socket (B6) |
-//! | `report.json` | the monitor's report: how the Sandbox ended |
+//! | `report.json` | the monitor's report: how the Sandbox ended (removed by restart) |
+//! | `run.lock` | `flock`ed by start and restart: one daemon run at a time |
 //! | `store/` | mount point of the Store, inside the Sandbox only (B2) |
 //! | `scratch/` | the daemon's Workspace scratch space |
 //! | `bin/strata` (0755) | a copy of the daemon binary, when it would not be reachable in place |
@@ -173,6 +174,25 @@ pub fn write_record<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendErro
         source: io::Error::new(io::ErrorKind::InvalidData, e),
     })?;
     write_private(&dir.join(RECORD), &bytes)
+}
+
+/// Exclusive lock (`flock`) of one Sandbox's daemon runs (`<dir>/run.lock`), held by start and
+/// restart from their state check to the recorded outcome, so that two
+/// processes never start two daemons on one state directory. Released
+/// when the file is dropped (or the holder dies); the monitor does not
+/// inherit it (opened close-on-exec).
+pub fn lock_runs(dir: &Path) -> Result<fs::File, BackendError> {
+    let p = dir.join("run.lock");
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(state_err("open the run lock", &p))?;
+    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| state_err("lock", &p)(e.into()))?;
+    Ok(f)
 }
 
 /// A new Sandbox ID and its state directory under `root`. `create` (not

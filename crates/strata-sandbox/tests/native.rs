@@ -117,6 +117,14 @@ impl Harness for Env {
     fn extra_bad_requests(&self) -> Vec<(&'static str, Edit)> {
         vec![("image", Box::new(|r| r.image = Some("alpine".into())))]
     }
+    fn kill_daemon(&self, info: &SandboxInfo) {
+        let monitor: u32 = info
+            .handle
+            .as_deref()
+            .and_then(|h| h.parse().ok())
+            .unwrap_or_else(|| panic!("no monitor pid in {:?}", info.handle));
+        contract::kill9_daemon_below(monitor);
+    }
     fn check_running(&self, info: &SandboxInfo, log: &str) {
         // Commands find the state root masked: an empty directory, not
         // even EACCES on the real one.
@@ -269,4 +277,9 @@ fn top_names(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+#[test]
+fn a_killed_daemon_restarts_on_the_same_state() {
+    contract::restart_after_the_daemon_dies(&env());
 }

@@ -3,7 +3,9 @@
 //! * [`Store`]: Store calls in this process (S1): create/open, projects,
 //!   fork a branch, read a file of a commit, log, diff.
 //! * [`Sandbox`]: create (B1–B6), open by exact ID (B8), list (B10), logs
-//!   (B5), close (B9), through strata-sandbox's native backend.
+//!   (B5), restart after the daemon died (B4–B6 again, its Workspaces
+//!   mounted again with their uncommitted changes), close (B9), through
+//!   strata-sandbox's native backend or strata-docker's.
 //! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount.
 //! * [`ExecBuilder`]: one command in a Workspace, as a nonroot uid with no
 //!   capabilities: `.output()` or `.spawn()` ([`ExecHandle`]: separate

@@ -10,6 +10,9 @@
 //!   `/tmp/.strata-execs` in the Sandbox's private /tmp, because the exec
 //!   helper may fail after dropping to the command's uid, which cannot
 //!   reach the 0700 state directory.
+//! * Restart: [`Sandbox::restart`] runs the backend's B4–B6 again on a
+//!   stopped Sandbox; its daemon (config `recover_workspaces`) mounts the
+//!   Workspaces it finds recorded in its scratch directory again.
 //! * Close (B9): `POST /v1/shutdown` first (the daemon cancels its execs
 //!   and unmounts its Workspaces cleanly), then the backend's stop (SIGTERM,
 //!   SIGKILL after the grace period) and delete. The Store is untouched.
@@ -46,6 +49,10 @@ const RUN_DIR: &str = "/tmp/.strata-execs";
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// SIGTERM -> SIGKILL grace period of close.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long [`Sandbox::restart`] waits for the daemon's marker: longer
+/// than a first start, since the daemon reopens and mounts its Workspaces
+/// before it prints it.
+const RESTART_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to create.
 #[derive(Debug, Clone)]
@@ -155,7 +162,7 @@ fn backend_error(e: BackendError) -> Error {
         BackendError::Invalid { .. } => Error::invalid(msg, "fix the request and retry"),
         BackendError::WrongState { .. } => Error::Busy {
             what: msg,
-            hint: "check Sandbox::state; close it and create a new one".into(),
+            hint: "check Sandbox::state: only a stopped Sandbox restarts (Sandbox::restart); a running one needs nothing, or close it and create a new one".into(),
         },
         BackendError::Step { log_tail, .. } | BackendError::NoMarker { log_tail, .. } => {
             Error::Backend {
@@ -330,6 +337,37 @@ impl Sandbox {
         }
     }
 
+    /// Start the daemon again after it died (crashed, was killed) or was
+    /// stopped: contract steps B4–B6 once more on the same Sandbox, with
+    /// the same ID, token, Store, config and scratch directory, on the
+    /// same backend (native or docker). The new daemon mounts the
+    /// Workspaces that were mounted when the old one ended again, under
+    /// their IDs and at their paths, uncommitted changes included:
+    /// [`Sandbox::workspaces`] lists them, `status` shows the changes,
+    /// commands see the files, `commit` publishes them, and handles from
+    /// before keep working. A Workspace the daemon could not recover is
+    /// named in [`api::Health::unrecovered`] (its scratch is kept, and
+    /// [`Sandbox::close`] refuses to delete it). Execs do not survive a
+    /// restart.
+    ///
+    /// Only a stopped Sandbox restarts: a running one is refused
+    /// ([`Error::Busy`]) rather than restarted, because that would kill its
+    /// running commands. A daemon that does not come up is
+    /// [`Error::Backend`] with its log tail, and the Sandbox stays stopped
+    /// (restart may be tried again).
+    pub async fn restart(&mut self) -> Result<()> {
+        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let info = blocking(move || {
+            b.get()
+                .restart(&id, RESTART_TIMEOUT)
+                .map_err(backend_error)?;
+            b.get().open(&id).map_err(backend_error)
+        })
+        .await?;
+        *self = Sandbox::from_info(self.backend.clone(), info)?;
+        Ok(())
+    }
+
     /// The daemon's health.
     pub async fn health(&self) -> Result<api::Health> {
         self.client
@@ -471,8 +509,13 @@ impl Sandbox {
 
     /// Workspaces with uncommitted changes, as `ID (BRANCH, N changes)`.
     async fn uncommitted(&self) -> Result<Vec<String>> {
-        if self.health().await.is_ok() {
-            let mut out = Vec::new();
+        if let Ok(health) = self.health().await {
+            // Not served, but its scratch is there and may hold work.
+            let mut out: Vec<String> = health
+                .unrecovered
+                .iter()
+                .map(|u| format!("{} (not recovered at restart: {})", u.id, u.error))
+                .collect();
             for ws in self.workspaces().await? {
                 let n = ws.status().await?.len();
                 if n > 0 {
@@ -576,6 +619,9 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     cfg.helper_exe = Some(d.exe.clone());
     cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
     cfg.run_dir = Some(PathBuf::from(RUN_DIR));
+    // The scratch directory is this Sandbox's alone: a restarted daemon
+    // mounts its Workspaces again (Sandbox::restart).
+    cfg.recover_workspaces = true;
     let install = DaemonInstall {
         args: vec![
             strata_daemon::DAEMON_ARG.into(),

@@ -226,3 +226,88 @@ fn docker_beside_native_create_to_ready_and_exec_medians() {
         }
     });
 }
+
+/// The docker backend restarts a Sandbox whose daemon was killed: the same
+/// container starts again, and the real daemon mounts the Workspace again
+/// with its uncommitted changes, which then commit (read back from the
+/// Store on the host).
+#[test]
+fn a_docker_sandbox_restarts_with_its_workspace_after_the_daemon_is_killed() {
+    common::engine();
+    let image = common::image();
+    let daemon = common::static_bin("strata-daemon");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let base = tempfile::tempdir_in("/var/tmp").unwrap();
+        let src = base.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        std::fs::write(src.join("mark"), "from the store\n").unwrap();
+        let store = Store::create(base.path().join("store")).await.unwrap();
+        store.create_project_from("p", &src).await.unwrap();
+        let mut spec = SandboxSpec::new(store.dir())
+            .label("run", format!("docker-restart-{}", std::process::id()));
+        spec.docker_image = Some(image.clone());
+        spec.daemon_exe = Some(daemon.clone());
+        spec.startup_timeout = Duration::from_secs(30);
+        let mut sb = Sandbox::create(spec).await.expect("create");
+        let container = sb.info().handle.clone().unwrap();
+        let ws = sb.mount("p/main", None).await.unwrap();
+        let o = ws
+            .exec([
+                "sh",
+                "-c",
+                "set -e; echo kept > k; mkdir d; echo y > d/y; rm mark",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let before = ws.status().await.unwrap();
+
+        // SIGKILL the daemon alone: it is the child of Docker's init.
+        let i: serde_json::Value = common::engine()
+            .json(
+                hyper::Method::GET,
+                &format!("/containers/{container}/json"),
+                None,
+            )
+            .unwrap();
+        let init = i["State"]["Pid"].as_u64().unwrap();
+        let children =
+            std::fs::read_to_string(format!("/proc/{init}/task/{init}/children")).unwrap();
+        let daemon_pid: i32 = children
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .find(|p: &i32| {
+                std::fs::read_to_string(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.contains("__strata-daemon"))
+            })
+            .unwrap_or_else(|| panic!("no daemon among {children:?}"));
+        // SAFETY: kill(2) with a pid and a signal number.
+        unsafe { libc::kill(daemon_pid, libc::SIGKILL) };
+        let t = Instant::now();
+        while sb.state().await != strata_sdk::SandboxState::Stopped {
+            assert!(t.elapsed() < Duration::from_secs(20), "still running");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(matches!(ws.status().await, Err(Error::Backend { .. })));
+
+        sb.restart().await.expect("restart the container");
+        assert_eq!(sb.info().handle.as_deref(), Some(container.as_str()));
+        let wss = sb.workspaces().await.unwrap();
+        assert_eq!(wss.len(), 1);
+        assert_eq!(wss[0].id(), ws.id());
+        assert_eq!(ws.status().await.unwrap(), before);
+        let o = ws.exec(["cat", "k", "d/y"]).output().await.unwrap();
+        assert_eq!(o.stdout_str(), "kept\ny\n", "{o:?}");
+        ws.commit("after a restart in docker").await.unwrap();
+        ws.unmount(false).await.unwrap();
+        sb.close().await.expect("close");
+        assert_eq!(store.read_file("p/main", "k").await.unwrap(), b"kept\n");
+        assert_eq!(store.read_file("p/main", "d/y").await.unwrap(), b"y\n");
+        assert!(
+            store.read_file("p/main", "mark").await.is_err(),
+            "mark was deleted"
+        );
+    });
+}

@@ -1,8 +1,9 @@
 //! SDK behaviour beyond the flow: spawn with separate streams and a stdin
 //! writer, typed errors (ExecFailed/ENOENT, Conflict with the actual head,
 //! NotFound, InvalidInput, Busy for a taken name, Unauthorized), list by
-//! label and prefix, the Store hidden from commands, and a Sandbox started
-//! in one process, reopened, exec'd in and closed from another.
+//! label and prefix, the Store hidden from commands, a Sandbox started in
+//! one process, reopened, exec'd in and closed from another, and restart
+//! after the Sandbox was killed (what comes back, what is reported).
 //!
 //! Its own `main` (harness = false): the binary is re-executed as the
 //! Sandbox init, the daemon, the exec helper, and as the second process of
@@ -70,6 +71,7 @@ fn main() {
     case!(reopen_exec_close_from_another_process);
     case!(two_sandboxes_see_only_their_own_mounts);
     case!(a_dead_daemon_is_an_error_with_the_log_tail);
+    case!(restart_recovers_what_it_can_and_keeps_the_rest);
     // Close what failed tests left running.
     rt.block_on(async {
         let mut f = SandboxFilter::default();
@@ -443,10 +445,9 @@ async fn two_sandboxes_see_only_their_own_mounts(dir: &std::path::Path) {
     b.close().await.unwrap();
 }
 
-async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
-    let store = store_with_project(dir, "f").await;
-    let sb = Sandbox::create(spec(&store)).await.unwrap();
-    let ws = sb.mount("p/main", None).await.unwrap();
+/// SIGKILL to the Sandbox's monitor (its PID 1 and the daemon die with
+/// it, nothing of the Sandbox cleans up), then wait until it reads stopped.
+async fn kill_sandbox(sb: &Sandbox) {
     let monitor: i32 = sb
         .info()
         .handle
@@ -457,8 +458,7 @@ async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
         })
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no monitor pid in {:?}", sb.info().handle));
-    // SAFETY: SIGKILL to the Sandbox's monitor (its PID 1 and the daemon
-    // die with it).
+    // SAFETY: kill(2) with a pid and a signal number; no memory involved.
     unsafe { libc::kill(monitor, libc::SIGKILL) };
     let t = std::time::Instant::now();
     loop {
@@ -471,6 +471,13 @@ async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
+    let store = store_with_project(dir, "f").await;
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+    kill_sandbox(&sb).await;
     let t = std::time::Instant::now();
     let e = tokio::time::timeout(std::time::Duration::from_secs(5), ws.status())
         .await
@@ -487,4 +494,107 @@ async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
         other => panic!("expected Backend with the log tail, got {other:?}"),
     }
     sb.close().await.unwrap();
+}
+
+/// Restart brings back what was mounted, not what was unmounted; a
+/// Workspace it cannot recover (here: another process holds its lock) is
+/// reported, keeps its scratch, blocks close, and comes back at the next
+/// restart. A running Sandbox is not restarted.
+async fn restart_recovers_what_it_can_and_keeps_the_rest(dir: &std::path::Path) {
+    use strata_sdk::SandboxState;
+    let store = store_with_project(dir, "g").await;
+    let mut sb = Sandbox::create(spec(&store)).await.unwrap();
+    let a = sb.mount("p/main", None).await.unwrap();
+    let b = sb.mount("p/main", Some("/tmp/b")).await.unwrap();
+    let c = sb.mount("p/main", Some("/tmp/c")).await.unwrap();
+    let c_id = c.id().to_string();
+    c.unmount(false).await.unwrap();
+    for (w, script) in [(&a, "echo a > a"), (&b, "echo b > b")] {
+        let o = w
+            .exec(["sh", "-c", script])
+            .cwd(w.path())
+            .output()
+            .await
+            .unwrap();
+        assert!(o.status.success(), "{}", o.stderr_str());
+    }
+    let e = sb.restart().await.unwrap_err();
+    assert!(
+        matches!(e, Error::Busy { .. }),
+        "restart while running: {e:?}"
+    );
+
+    kill_sandbox(&sb).await;
+    // Hold b's lock, as a process serving it would.
+    let scratch = sb.info().daemon.scratch_dir.clone();
+    let lock = std::fs::File::options()
+        .write(true)
+        .open(scratch.join(b.id()).join("lock"))
+        .unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    sb.restart()
+        .await
+        .expect("restart despite one locked Workspace");
+    assert_eq!(sb.state().await, SandboxState::Running);
+    let ids: Vec<String> = sb
+        .workspaces()
+        .await
+        .unwrap()
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    assert_eq!(ids, vec![a.id().to_string()], "only a comes back now");
+    let un = sb.health().await.unwrap().unrecovered;
+    assert_eq!(un.len(), 1, "{un:?}");
+    assert_eq!(un[0].id, b.id());
+    assert_eq!(un[0].path.as_deref(), Some("/tmp/b"));
+    assert!(
+        un[0].error.contains("lock") || un[0].error.contains("serves"),
+        "{}",
+        un[0].error
+    );
+    assert!(
+        scratch.join(b.id()).join("journal.log").exists(),
+        "b's scratch kept"
+    );
+    assert!(
+        scratch.join(&c_id).exists(),
+        "c's scratch kept (unmounted, not discarded)"
+    );
+    let st: Vec<Vec<u8>> = a
+        .status()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.path)
+        .collect();
+    assert_eq!(st, vec![b"a".to_vec()]);
+    // Close would delete b's scratch, which may hold work: refused.
+    let e = sb.close_check().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Busy { what, .. } if what.contains(b.id())),
+        "{e:?}"
+    );
+
+    // Released, b comes back at the next restart, files and all.
+    drop(lock);
+    kill_sandbox(&sb).await;
+    sb.restart().await.expect("second restart");
+    let mut ids: Vec<String> = sb
+        .workspaces()
+        .await
+        .unwrap()
+        .iter()
+        .map(|w| w.id().to_string())
+        .collect();
+    ids.sort();
+    let mut want = vec![a.id().to_string(), b.id().to_string()];
+    want.sort();
+    assert_eq!(ids, want);
+    assert!(sb.health().await.unwrap().unrecovered.is_empty());
+    let o = b.exec(["cat", "b"]).cwd("/tmp/b").output().await.unwrap();
+    assert_eq!(o.stdout_str(), "b\n", "{}", o.stderr_str());
+    b.commit("b after two restarts").await.unwrap();
+    assert_eq!(store.read_file("p/main", "b").await.unwrap(), b"b\n");
+    sb.close_discard().await.unwrap();
 }

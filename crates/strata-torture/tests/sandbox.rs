@@ -5,8 +5,8 @@
 //! signal or ptrace the daemon or init; 10 Sandboxes at once, 50
 //! concurrent execs, a big stdout through a slow reader with the daemon's
 //! memory bounded; a fork bomb and a memory hog hit their limits; a killed
-//! daemon is reported with its log tail and its Workspace's uncommitted
-//! work is recoverable.
+//! daemon is reported with its log tail, restarts, and its Workspace comes
+//! back with its uncommitted work, which then commits.
 //!
 //! Its own `main` (harness = false): the binary is re-executed as the
 //! Sandbox init, the daemon and the exec helper, and runs inside Sandboxes
@@ -67,7 +67,7 @@ fn main() {
     case!(ten_sandboxes_and_fifty_concurrent_execs);
     case!(big_stdout_slow_reader_bounded_daemon_memory);
     case!(fork_bomb_and_memory_hog_hit_their_limits);
-    case!(killed_daemon_is_reported_and_its_work_recovered);
+    case!(killed_daemon_restarts_with_its_workspace_and_commits);
     case!(a_deep_tree_from_a_command_does_not_kill_the_daemon);
     // Close what failed tests left running.
     rt.block_on(async {
@@ -626,22 +626,45 @@ async fn fork_bomb_and_memory_hog_hit_their_limits(dir: &Path, _full: bool) {
     bystander.close().await.unwrap();
 }
 
-async fn killed_daemon_is_reported_and_its_work_recovered(dir: &Path, _full: bool) {
-    let store = store_with_project(dir).await;
-    let sb = Sandbox::create(spec(&store)).await.unwrap();
+async fn killed_daemon_restarts_with_its_workspace_and_commits(dir: &Path, _full: bool) {
+    // The base: `f` (writable by the commands' uid) to modify, `gone` to
+    // delete.
+    let src = dir.join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), b"base\n").unwrap();
+    std::fs::write(src.join("gone"), b"to be deleted\n").unwrap();
+    std::fs::set_permissions(
+        src.join("f"),
+        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
+    )
+    .unwrap();
+    let store = Store::create(dir.join("store")).await.unwrap();
+    store.create_project_from("p", &src).await.unwrap();
+    let mut sb = Sandbox::create(spec(&store)).await.unwrap();
     let ws = sb.mount("p/main", None).await.unwrap();
     let o = ws
         .exec([
             "sh",
             "-c",
-            "set -e; echo uncommitted > new; echo changed > f; mkdir d; echo x > d/y",
+            "set -e; echo uncommitted > new; echo changed > f; mkdir d; echo x > d/y; rm gone",
         ])
         .output()
         .await
         .unwrap();
     assert!(o.status.success(), "{}", o.stderr_str());
+    let changes = |cs: Vec<strata_sdk::Change>| -> Vec<(String, String)> {
+        cs.into_iter()
+            .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind))
+            .collect()
+    };
+    let before = changes(ws.status().await.unwrap());
+    for p in ["new", "f", "d", "d/y", "gone"] {
+        assert!(before.iter().any(|(c, _)| c == p), "{p}: {before:?}");
+    }
     let head = store.head("p/main").await.unwrap();
-    kill9(daemon_pid(&sb));
+    let old_daemon = daemon_pid(&sb);
+    kill9(old_daemon);
+
     // The death is reported, with the log tail, to the next call.
     let e = tokio::time::timeout(Duration::from_secs(10), ws.status())
         .await
@@ -654,44 +677,91 @@ async fn killed_daemon_is_reported_and_its_work_recovered(dir: &Path, _full: boo
         ),
         other => panic!("expected Error::Backend with the log tail, got {other:?}"),
     }
-    assert_eq!(sb.state().await, strata_sdk::SandboxState::Stopped);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.state().await != strata_sdk::SandboxState::Stopped {
+        assert!(Instant::now() < deadline, "the Sandbox still reads running");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         store.head("p/main").await.unwrap(),
         head,
         "a crash published"
     );
-    // The uncommitted work survives in the Workspace's scratch directory
-    // (journal + upper files) and commits correctly from there. No SDK
-    // call restarts a Sandbox's daemon and re-attaches its Workspaces yet
-    // (docs/reliability.md); the Workspace layer is what recovers it.
-    let raw = strata_store::Store::open(&store.dir(), &Default::default()).unwrap();
-    let rws = strata_workspace::Workspace::open(
-        &raw,
-        ws.id(),
-        &sb.info().daemon.scratch_dir,
-        &Default::default(),
-    )
-    .expect("reopen the dead daemon's Workspace from its scratch directory");
-    let changes: Vec<String> = rws
-        .status()
-        .unwrap()
-        .into_iter()
-        .map(|c| String::from_utf8_lossy(&c.path).into_owned())
-        .collect();
-    for p in ["new", "f", "d/y"] {
-        assert!(changes.iter().any(|c| c == p), "{p} lost: {changes:?}");
-    }
-    assert!(matches!(
-        rws.commit("recovered").unwrap(),
-        strata_workspace::CommitOutcome::Committed(_)
-    ));
-    assert_eq!(
-        store.read_file("p/main", "new").await.unwrap(),
-        b"uncommitted\n"
+
+    // Restart: same Sandbox (ID, token, config), a new daemon that mounts
+    // the Workspace again under its ID with the uncommitted changes.
+    let id = sb.id().to_string();
+    let t = Instant::now();
+    sb.restart().await.expect("restart the killed daemon");
+    eprintln!("restart to ready with one Workspace: {:?}", t.elapsed());
+    assert_eq!(sb.id(), id);
+    assert_eq!(sb.state().await, strata_sdk::SandboxState::Running);
+    assert_ne!(daemon_pid(&sb), old_daemon, "the same daemon process?");
+    let health = sb.health().await.unwrap();
+    assert!(health.unrecovered.is_empty(), "{:?}", health.unrecovered);
+    let wss = sb.workspaces().await.unwrap();
+    assert_eq!(wss.len(), 1, "{wss:?}");
+    assert_eq!(wss[0].id(), ws.id());
+    assert_eq!(wss[0].path(), ws.path());
+    assert_eq!(wss[0].branch(), "p/main");
+    assert_eq!(wss[0].base(), head);
+    // The handle from before the crash works again: same ID, same socket.
+    assert_eq!(changes(ws.status().await.unwrap()), before);
+    let o = wss[0]
+        .exec([
+            "sh",
+            "-c",
+            "cat new f d/y; test ! -e gone && echo gone-is-gone; echo more > later",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(o.status.success(), "{}", o.stderr_str());
+    assert_eq!(o.stdout_str(), "uncommitted\nchanged\nx\ngone-is-gone\n");
+    let c = wss[0].commit("recovered after restart").await.unwrap();
+    assert!(
+        matches!(c, strata_sdk::CommitOutcome::Committed(_)),
+        "{c:?}"
     );
-    assert_eq!(store.read_file("p/main", "f").await.unwrap(), b"changed\n");
-    assert_eq!(store.read_file("p/main", "d/y").await.unwrap(), b"x\n");
-    drop(rws);
+    assert!(wss[0].status().await.unwrap().is_empty());
+
+    // Read the Store back: the committed tree is exactly the base with the
+    // changes made before the crash and the one after.
+    let raw = strata_store::Store::open(&store.dir(), &Default::default()).unwrap();
+    let commit = raw.resolve("p/main").unwrap().commit;
+    assert_eq!(commit.to_hex(), c.commit());
+    let m = strata_torture::manifest_commit(&raw, commit).unwrap();
+    let paths: Vec<String> = m
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert_eq!(paths, ["d", "d/y", "f", "later", "new"], "{m:?}");
+    for (path, want) in [
+        ("new", &b"uncommitted\n"[..]),
+        ("f", b"changed\n"),
+        ("d/y", b"x\n"),
+        ("later", b"more\n"),
+    ] {
+        match &m[path.as_bytes()] {
+            strata_torture::Node::File { hash, .. } => {
+                assert_eq!(hash, blake3::hash(want).as_bytes(), "{path}")
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+    assert!(matches!(m[&b"d"[..]], strata_torture::Node::Dir { .. }));
+    assert_eq!(
+        raw.read_commit(commit).unwrap().parents,
+        vec![strata_store::ObjectId::from_hex(&head).unwrap()]
+    );
+    drop(raw);
+
+    // Restarting a running Sandbox is refused (it would kill its commands).
+    let e = sb.restart().await.unwrap_err();
+    assert!(
+        matches!(&e, Error::Busy { what, .. } if what.contains("restart")),
+        "{e:?}"
+    );
     sb.close().await.unwrap();
     strata_torture::check_store(&store.dir());
 }

@@ -124,6 +124,61 @@ impl Sb {
     }
 }
 
+impl Sb {
+    /// SIGKILL the daemon of Sandbox `id` alone (a crash), found below the
+    /// monitor its record names (`sandbox.json` in the state root), and
+    /// wait until `sandbox inspect` says it is no longer running.
+    pub fn kill9_daemon(&self, id: &str) {
+        let rec: Value = serde_json::from_slice(
+            &std::fs::read(self.state.path().join(id).join("sandbox.json")).expect("record"),
+        )
+        .expect("record JSON");
+        let monitor = rec["monitor"]["pid"].as_u64().expect("monitor pid") as u32;
+        let ppid = |p: u32| -> Option<u32> {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            stat.rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        };
+        let below = |mut p: u32| {
+            while let Some(q) = ppid(p) {
+                if q == monitor {
+                    return true;
+                }
+                if q <= 1 {
+                    return false;
+                }
+                p = q;
+            }
+            false
+        };
+        // The daemon's argv[1] is `__strata-daemon` (the init carries it
+        // only after `--`).
+        let daemon = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .find(|&p| {
+                let c = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+                c.split(|b| *b == 0).nth(1) == Some(&b"__strata-daemon"[..]) && below(p)
+            })
+            .unwrap_or_else(|| panic!("no daemon below monitor {monitor}"));
+        let pid = rustix::process::Pid::from_raw(daemon as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+        let t0 = std::time::Instant::now();
+        while self.json(&["sandbox", "inspect", id])["running"] != false {
+            assert!(
+                t0.elapsed() < std::time::Duration::from_secs(10),
+                "Sandbox {id} still running after its daemon was killed"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }

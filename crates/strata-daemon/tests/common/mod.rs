@@ -43,6 +43,15 @@ impl Daemon {
 
     /// With `tcp_port`, also serve on 127.0.0.1.
     pub fn start_with(tcp_port: Option<u16>) -> Daemon {
+        Self::start_opts(tcp_port, false)
+    }
+
+    /// With `recover_workspaces` on (a Sandbox's daemon): see `restart`.
+    pub fn start_recovering() -> Daemon {
+        Self::start_opts(None, true)
+    }
+
+    fn start_opts(tcp_port: Option<u16>, recover: bool) -> Daemon {
         require_root();
         let tmp = tempfile::tempdir().expect("tempdir");
         // Commands (uid 1500) must reach the mount point under it.
@@ -76,24 +85,10 @@ impl Daemon {
         // Reachable by uid 1500 (the helper writes its failure report there).
         cfg.run_dir = Some(tmp.path().join("run"));
         cfg.tcp_port = tcp_port;
+        cfg.recover_workspaces = recover;
         let cfg_path = private.join("config.json");
         strata_daemon::write_private(&cfg_path, &serde_json::to_vec(&cfg).unwrap()).unwrap();
-        let mut child = Command::new(DAEMON)
-            .arg("--config")
-            .arg(&cfg_path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn daemon");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("marker");
-        assert!(
-            line.starts_with("STRATA-DAEMON-READY socket="),
-            "no marker: {line:?}; log: {}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
+        let (child, marker) = spawn(&cfg_path, &log);
         Daemon {
             tmp,
             child,
@@ -101,8 +96,24 @@ impl Daemon {
             token,
             store_dir,
             log,
-            marker: line.trim().to_string(),
+            marker,
         }
+    }
+
+    /// Start the daemon again on the same config (socket, token, Store,
+    /// scratch) after the previous one ended; returns the new marker.
+    pub fn restart(&mut self) -> String {
+        let _ = self.child.wait();
+        let cfg_path = self.tmp.path().join("private/config.json");
+        let (child, marker) = spawn(&cfg_path, &self.log);
+        self.child = child;
+        self.marker = marker.clone();
+        marker
+    }
+
+    /// The scratch root (one directory per Workspace ID).
+    pub fn scratch(&self) -> PathBuf {
+        self.tmp.path().join("private/scratch")
     }
 
     pub fn store(&self) -> Store {
@@ -207,6 +218,27 @@ impl Drop for Daemon {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
+}
+
+/// Spawn the daemon binary on `cfg_path` and read its marker line.
+fn spawn(cfg_path: &Path, log: &Path) -> (Child, String) {
+    let mut child = Command::new(DAEMON)
+        .arg("--config")
+        .arg(cfg_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn daemon");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .expect("marker");
+    assert!(
+        line.starts_with("STRATA-DAEMON-READY socket="),
+        "no marker: {line:?}; log: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+    (child, line.trim().to_string())
 }
 
 #[derive(Debug, Default)]

@@ -45,6 +45,9 @@ pub trait Harness: Sync {
     fn launch_elsewhere(&self) -> Result<SandboxId, String>;
     /// Invalid requests only this backend refuses: (what the error names, edit).
     fn extra_bad_requests(&self) -> Vec<(&'static str, Edit)>;
+    /// SIGKILL the Sandbox's daemon process alone (not its init), as a
+    /// crash would; e.g. with [`kill9_daemon_below`].
+    fn kill_daemon(&self, info: &SandboxInfo);
     /// Backend-specific checks while running, after stop, after delete.
     fn check_running(&self, _info: &SandboxInfo, _log: &str) {}
     fn check_stopped(&self, _info: &SandboxInfo) {}
@@ -111,6 +114,68 @@ pub fn ask(sock: &Path) -> String {
         .read_to_string(&mut reply)
         .unwrap();
     reply
+}
+
+/// Parent pid of `pid` (field 4 of /proc/PID/stat, counted after the
+/// last ')' since the command name may hold spaces and parentheses).
+fn ppid_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// SIGKILL the daemon below host process `root` (the native monitor, the
+/// container's init): the descendant whose argv[1] is `__strata-daemon`
+/// (the init's own argv carries it only after `--`). Returns its pid.
+pub fn kill9_daemon_below(root: u32) -> u32 {
+    let procs: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let below = |mut p: u32| {
+        for _ in 0..64 {
+            match ppid_of(p) {
+                Some(q) if q == root => return true,
+                Some(q) if q > 1 => p = q,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let daemon = procs
+        .into_iter()
+        .find(|&p| {
+            let argv1 = std::fs::read(format!("/proc/{p}/cmdline"))
+                .ok()
+                .and_then(|c| c.split(|b| *b == 0).nth(1).map(<[u8]>::to_vec));
+            argv1.as_deref() == Some(&b"__strata-daemon"[..]) && below(p)
+        })
+        .unwrap_or_else(|| panic!("no daemon process below {root}"));
+    let pid = rustix::process::Pid::from_raw(daemon as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    daemon
+}
+
+/// Poll the backend until the Sandbox reads `want` (bounded).
+fn wait_state(b: &dyn Backend, id: &SandboxId, want: State, within: Duration) -> SandboxInfo {
+    let t0 = Instant::now();
+    loop {
+        let info = b.open(id).unwrap();
+        if info.state == want {
+            return info;
+        }
+        assert!(
+            t0.elapsed() < within,
+            "{id} still {:?} after {within:?}, want {want:?}",
+            info.state
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// B1–B10 in one Sandbox's life.
@@ -519,4 +584,82 @@ pub fn delete_never_removes_through_a_host_mount(h: &dyn Harness) {
     assert!(unmounted.success());
     b.delete(&info.id).unwrap();
     assert!(h.store().join("seen-by-daemon").exists());
+}
+
+/// B4+B5 again: a Sandbox whose daemon was killed (SIGKILL, the daemon
+/// alone) restarts on the same state: same ID, token, socket, log and
+/// record; a stopped one restarts too; a running or never-started one is
+/// refused and left as it was.
+pub fn restart_after_the_daemon_dies(h: &dyn Harness) {
+    let b = h.backend();
+    let before = store_snapshot(h.store());
+    let name = format!("restart-{}-{}", h.suite(), std::process::id());
+    let info = b.create(&h.request(Some(&name))).unwrap();
+    let id = info.id.clone();
+    let e = b.restart(&id, Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(e, BackendError::WrongState { .. }), "created: {e}");
+    b.install_daemon(&id, &install(h, &info, "ok")).unwrap();
+    let e = b.restart(&id, Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(e, BackendError::WrongState { .. }),
+        "installed: {e}"
+    );
+    let first = b.start(&id, Duration::from_secs(20)).expect("start");
+    let sock = socket_of(&first.endpoint).to_path_buf();
+    let token = std::fs::read_to_string(&info.token_file).unwrap();
+
+    // Running: refused, and the daemon is untouched.
+    let e = b.restart(&id, Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BackendError::WrongState {
+                state: State::Running,
+                ..
+            }
+        ),
+        "running: {e}"
+    );
+    assert_eq!(ask(&sock), "ok\n");
+
+    // The daemon dies alone; the Sandbox reads stopped, its record stays.
+    let running = b.open(&id).unwrap();
+    h.kill_daemon(&running);
+    wait_state(b, &id, State::Stopped, Duration::from_secs(20));
+    assert!(
+        std::os::unix::net::UnixStream::connect(&sock).is_err(),
+        "a dead daemon still answers"
+    );
+
+    let t0 = Instant::now();
+    let again = b.restart(&id, Duration::from_secs(20)).expect("restart");
+    eprintln!("{}: restart to ready: {:?}", h.suite(), t0.elapsed());
+    assert!(again.marker.starts_with("STRATA-DAEMON-READY socket="));
+    assert_eq!(again.endpoint, first.endpoint, "same socket path");
+    assert_eq!(again.token_file, first.token_file, "same token file");
+    assert_eq!(std::fs::read_to_string(&info.token_file).unwrap(), token);
+    assert_eq!(ask(&sock), "ok\n");
+    let reopened = h.open_elsewhere(&id).expect("reopen after restart");
+    assert_eq!(reopened.state, State::Running);
+    assert_eq!(reopened.id, id);
+    assert_eq!(reopened.name.as_deref(), Some(name.as_str()));
+    assert_eq!(reopened.config, running.config, "same config");
+    assert_eq!(reopened.marker.as_deref(), Some(again.marker.as_str()));
+    // One log for the Sandbox's life: both runs are in it.
+    let log = b.log_tail(&id, 400).unwrap();
+    assert_eq!(log.matches("fake daemon starting").count(), 2, "{log}");
+    h.check_running(&reopened, &log);
+
+    // After a clean stop it restarts as well.
+    b.stop(&id, Duration::from_secs(5)).unwrap();
+    h.check_stopped(&b.open(&id).unwrap());
+    b.restart(&id, Duration::from_secs(20))
+        .expect("restart after stop");
+    assert_eq!(ask(&sock), "ok\n");
+    assert_eq!(b.open(&id).unwrap().state, State::Running);
+
+    b.stop(&id, Duration::from_secs(5)).unwrap();
+    b.delete(&id).unwrap();
+    h.check_deleted(&reopened);
+    assert_eq!(store_snapshot(h.store()), before, "Store changed");
 }
