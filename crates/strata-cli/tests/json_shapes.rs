@@ -194,6 +194,9 @@ fn sandbox_commands(sb: &Sb, out: &mut Shapes) {
     out.add("exec cancel", &sb.json(&["exec", "cancel", &ex]));
     let o = sb.run(&["--json", "exec", "wait", &ex], None);
     out.add("exec wait", &serde_json::from_slice(&o.stdout).unwrap());
+    // The daemon dies and comes back with the Workspace (x.txt uncommitted).
+    sb.kill9_daemon(&id);
+    out.add("sandbox restart", &sb.json(&["sandbox", "restart", &id]));
     out.add("ws status (sandbox)", &sb.json(&["ws", "status", &ws]));
     out.add(
         "ws commit (sandbox)",

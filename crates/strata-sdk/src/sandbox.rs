@@ -49,6 +49,9 @@ const RUN_DIR: &str = "/tmp/.strata-execs";
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// SIGTERM -> SIGKILL grace period of close.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long [`Sandbox::restart`] waits for a Sandbox whose daemon does
+/// not answer to read stopped (its init and monitor ending).
+const STOPPING_WAIT: Duration = Duration::from_secs(10);
 /// How long [`Sandbox::restart`] waits for the daemon's marker: longer
 /// than a first start, since the daemon reopens and mounts its Workspaces
 /// before it prints it.
@@ -352,10 +355,35 @@ impl Sandbox {
     ///
     /// Only a stopped Sandbox restarts: a running one is refused
     /// ([`Error::Busy`]) rather than restarted, because that would kill its
-    /// running commands. A daemon that does not come up is
+    /// running commands. One whose daemon is dead but which has not read
+    /// stopped yet is waited for (up to 10 s; then [`Error::Backend`]: a
+    /// hung Sandbox is closed, not restarted). A daemon that does not come up is
     /// [`Error::Backend`] with its log tail, and the Sandbox stays stopped
     /// (restart may be tried again).
     pub async fn restart(&mut self) -> Result<()> {
+        // A caller sees the daemon's death at once (its socket refuses);
+        // the backend sees it when the Sandbox's init has reaped it and
+        // the monitor has cleaned up and reported, a moment later. Wait,
+        // bounded, for the backend to agree, rather than refuse to restart
+        // a Sandbox that is going down.
+        let t0 = std::time::Instant::now();
+        loop {
+            let (b, id) = (self.backend.clone(), self.info.id.clone());
+            let st = blocking(move || b.get().open(&id).map_err(backend_error)).await?;
+            if st.state != State::Running || self.health().await.is_ok() {
+                break;
+            }
+            if t0.elapsed() >= STOPPING_WAIT {
+                return Err(Error::backend(
+                    format!(
+                        "sandbox {}: its daemon does not answer, but the Sandbox has not stopped within {STOPPING_WAIT:?}: it is not restarted while it may still run; close it (Sandbox::close_discard, `strata sandbox rm --discard`) or stop it through its backend first",
+                        self.id()
+                    ),
+                    self.logs(40).await.unwrap_or_default(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let (b, id) = (self.backend.clone(), self.info.id.clone());
         let info = blocking(move || {
             b.get()
