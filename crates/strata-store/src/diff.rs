@@ -63,7 +63,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Differences between two trees (see `diff`).
+    /// Differences between two trees (see `diff`), in the order a
+    /// depth-first walk in name order meets them. The walk keeps its own
+    /// stack of directories (a deep tree costs heap, never call stack).
     pub fn diff_trees(
         &self,
         a: ObjectId,
@@ -71,79 +73,124 @@ impl Store {
         prefix: &[u8],
         out: &mut Vec<Change>,
     ) -> Result<()> {
-        self.diff_trees_in(a, b, prefix, out, &[])
-    }
-
-    /// `ancestors`: the tree pairs above; a damaged Store can hold a tree
-    /// that contains itself (readers do not re-hash), which would recurse
-    /// forever.
-    fn diff_trees_in(
-        &self,
-        a: ObjectId,
-        b: ObjectId,
-        prefix: &[u8],
-        out: &mut Vec<Change>,
-        ancestors: &[(ObjectId, ObjectId)],
-    ) -> Result<()> {
-        if a == b {
-            return Ok(());
-        }
-        if let Some(&(x, _)) = ancestors.iter().find(|(x, y)| *x == a || *y == b) {
-            return Err(cycle(if x == a { a } else { b }));
-        }
-        let ea = self.list_tree(a)?;
-        let eb = self.list_tree(b)?;
-        let (mut i, mut j) = (0, 0);
-        while i < ea.len() || j < eb.len() {
-            let ord = match (ea.get(i), eb.get(j)) {
-                (Some(x), Some(y)) => x.name.cmp(&y.name),
-                (Some(_), None) => Ordering::Less,
-                _ => Ordering::Greater,
-            };
-            match ord {
-                Ordering::Less => {
-                    self.report_all(&ea[i], prefix, ChangeKind::Deleted, out, &[])?;
-                    i += 1;
-                }
-                Ordering::Greater => {
-                    self.report_all(&eb[j], prefix, ChangeKind::Added, out, &[])?;
-                    j += 1;
-                }
-                Ordering::Equal => {
-                    let (x, y) = (&ea[i], &eb[j]);
-                    let path = join(prefix, &x.name);
-                    if !same_type(&x.kind, &y.kind) {
-                        out.push(Change {
-                            path,
-                            kind: ChangeKind::TypeChanged,
-                        });
-                    } else {
-                        if entry_differs(x, y) {
-                            out.push(Change {
-                                path: path.clone(),
-                                kind: ChangeKind::Modified,
-                            });
+        let mut stack: Vec<Frame> = Vec::new();
+        self.push_pair(&mut stack, a, b, prefix.to_vec())?;
+        while let Some(top) = stack.last_mut() {
+            match top {
+                Frame::Pair {
+                    ea,
+                    eb,
+                    i,
+                    j,
+                    prefix,
+                    ..
+                } => {
+                    let ord = match (ea.get(*i), eb.get(*j)) {
+                        (Some(x), Some(y)) => x.name.cmp(&y.name),
+                        (Some(_), None) => Ordering::Less,
+                        (None, Some(_)) => Ordering::Greater,
+                        (None, None) => {
+                            stack.pop();
+                            continue;
                         }
-                        if let (EntryKind::Dir(ta), EntryKind::Dir(tb)) = (&x.kind, &y.kind) {
-                            let up = [ancestors, &[(a, b)]].concat();
-                            self.diff_trees_in(*ta, *tb, &path, out, &up)?;
+                    };
+                    let prefix = prefix.clone();
+                    match ord {
+                        Ordering::Less => {
+                            let e = ea[*i].clone();
+                            *i += 1;
+                            self.report(&mut stack, &e, &prefix, ChangeKind::Deleted, out)?;
+                        }
+                        Ordering::Greater => {
+                            let e = eb[*j].clone();
+                            *j += 1;
+                            self.report(&mut stack, &e, &prefix, ChangeKind::Added, out)?;
+                        }
+                        Ordering::Equal => {
+                            let (x, y) = (ea[*i].clone(), eb[*j].clone());
+                            *i += 1;
+                            *j += 1;
+                            let path = join(&prefix, &x.name);
+                            if !same_type(&x.kind, &y.kind) {
+                                out.push(Change {
+                                    path,
+                                    kind: ChangeKind::TypeChanged,
+                                });
+                                continue;
+                            }
+                            if entry_differs(&x, &y) {
+                                out.push(Change {
+                                    path: path.clone(),
+                                    kind: ChangeKind::Modified,
+                                });
+                            }
+                            if let (EntryKind::Dir(ta), EntryKind::Dir(tb)) = (&x.kind, &y.kind) {
+                                self.push_pair(&mut stack, *ta, *tb, path)?;
+                            }
                         }
                     }
-                    i += 1;
-                    j += 1;
+                }
+                Frame::All {
+                    entries,
+                    next,
+                    prefix,
+                    kind,
+                    ..
+                } => {
+                    let Some(e) = entries.get(*next).cloned() else {
+                        stack.pop();
+                        continue;
+                    };
+                    *next += 1;
+                    let (prefix, kind) = (prefix.clone(), *kind);
+                    self.report(&mut stack, &e, &prefix, kind, out)?;
                 }
             }
         }
         Ok(())
     }
 
-    fn report_all(
+    /// Start comparing trees `a` and `b` (nothing to do when equal). A
+    /// damaged Store can hold a tree that contains itself (readers do not
+    /// re-hash): the pairs being compared above are checked for it.
+    fn push_pair(
         &self,
+        stack: &mut Vec<Frame>,
+        a: ObjectId,
+        b: ObjectId,
+        prefix: Vec<u8>,
+    ) -> Result<()> {
+        if a == b {
+            return Ok(());
+        }
+        for f in stack.iter() {
+            if let Frame::Pair { a: x, b: y, .. } = f {
+                if *x == a || *y == b {
+                    return Err(cycle(if *x == a { a } else { b }));
+                }
+            }
+        }
+        stack.push(Frame::Pair {
+            a,
+            b,
+            ea: self.list_tree(a)?,
+            eb: self.list_tree(b)?,
+            i: 0,
+            j: 0,
+            prefix,
+        });
+        Ok(())
+    }
+
+    /// Report an added or deleted entry and (through a new frame)
+    /// everything below it.
+    fn report(
+        &self,
+        stack: &mut Vec<Frame>,
         e: &TreeEntry,
         prefix: &[u8],
         kind: ChangeKind,
         out: &mut Vec<Change>,
-        ancestors: &[ObjectId],
     ) -> Result<()> {
         let path = join(prefix, &e.name);
         out.push(Change {
@@ -151,16 +198,46 @@ impl Store {
             kind,
         });
         if let EntryKind::Dir(t) = &e.kind {
-            if ancestors.contains(t) {
-                return Err(cycle(*t));
+            // Only the trees reported since the nearest pair can repeat.
+            for f in stack.iter().rev() {
+                match f {
+                    Frame::All { tree, .. } if tree == t => return Err(cycle(*t)),
+                    Frame::All { .. } => {}
+                    Frame::Pair { .. } => break,
+                }
             }
-            let up = [ancestors, &[*t]].concat();
-            for c in self.list_tree(*t)? {
-                self.report_all(&c, &path, kind, out, &up)?;
-            }
+            stack.push(Frame::All {
+                tree: *t,
+                entries: self.list_tree(*t)?,
+                next: 0,
+                prefix: path,
+                kind,
+            });
         }
         Ok(())
     }
+}
+
+/// One directory of a diff's walk.
+enum Frame {
+    /// Two trees being merged by name.
+    Pair {
+        a: ObjectId,
+        b: ObjectId,
+        ea: Vec<TreeEntry>,
+        eb: Vec<TreeEntry>,
+        i: usize,
+        j: usize,
+        prefix: Vec<u8>,
+    },
+    /// Everything below an added or deleted directory.
+    All {
+        tree: ObjectId,
+        entries: Vec<TreeEntry>,
+        next: usize,
+        prefix: Vec<u8>,
+        kind: ChangeKind,
+    },
 }
 
 fn cycle(id: ObjectId) -> crate::error::StoreError {

@@ -7,11 +7,11 @@ use crate::meta::{set_mtime, set_xattrs};
 use crate::object::{EntryKind, TreeEntry};
 use crate::progress::Progress;
 use crate::store::Store;
-use rayon::prelude::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// What an export wrote.
 #[derive(Clone, Debug, Default)]
@@ -29,8 +29,29 @@ struct Ctx<'a> {
     linked: Mutex<Vec<(PathBuf, TreeEntry)>>,
     /// Directories whose mode and mtime are set last (writing into a
     /// directory changes its mtime; a read-only mode would stop the writes).
-    dirs: Mutex<Vec<(PathBuf, TreeEntry)>>,
+    /// With their depth below the target.
+    dirs: Mutex<Vec<(PathBuf, TreeEntry, usize)>>,
     report: Mutex<ExportReport>,
+    /// Every directory being exported: its tree and its parent's index
+    /// (the cycle check walks up it).
+    tree_chain: Mutex<Vec<(ObjectId, Option<usize>)>>,
+    failed: AtomicBool,
+    error: Mutex<Option<StoreError>>,
+}
+
+/// Entries handed to one task (see `snapshot::NAMES_PER_TASK`).
+const ENTRIES_PER_TASK: usize = 64;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Ctx<'_> {
+    /// Record the first error; every task not yet started then does nothing.
+    fn fail(&self, e: StoreError) {
+        self.failed.store(true, Ordering::Relaxed);
+        lock(&self.error).get_or_insert(e);
+    }
 }
 
 impl Store {
@@ -61,9 +82,18 @@ impl Store {
             linked: Mutex::new(Vec::new()),
             dirs: Mutex::new(Vec::new()),
             report: Mutex::new(ExportReport::default()),
+            tree_chain: Mutex::new(Vec::new()),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
         };
         progress.start("export", c.entries);
-        export_dir(&ctx, c.tree, dir, &[])?;
+        // Every directory is a task of one scope and no task waits for
+        // another, so no stack grows with the depth of the tree.
+        let root = Arc::new(dir.to_path_buf());
+        rayon::scope(|s| s.spawn(|s| export_dir(&ctx, s, c.tree, root, None, 0)));
+        if let Some(e) = lock(&ctx.error).take() {
+            return Err(e);
+        }
         // Hard links: the first path of each group gets the content, the
         // others link to it.
         let mut linked = std::mem::take(&mut *ctx.linked.lock().unwrap_or_else(|p| p.into_inner()));
@@ -84,8 +114,8 @@ impl Store {
         }
         let mut dirs = std::mem::take(&mut *ctx.dirs.lock().unwrap_or_else(|p| p.into_inner()));
         // Deepest first, so setting a parent's mtime is the last touch on it.
-        dirs.sort_by_key(|d| std::cmp::Reverse(d.0.components().count()));
-        for (path, e) in dirs {
+        dirs.sort_by_key(|d| std::cmp::Reverse(d.2));
+        for (path, e, _) in dirs {
             apply_meta(ctx.as_root, &path, &e)?;
         }
         if let Some(root_mode) = c
@@ -101,17 +131,72 @@ impl Store {
     }
 }
 
-/// `ancestors`: the trees of the directories above `dir`. Readers do not
-/// re-hash objects (fsck does), so a damaged Store can hold a tree that
-/// contains itself; recursing into it would never end (a stack overflow
-/// aborts the process).
-fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path, ancestors: &[ObjectId]) -> Result<()> {
-    if ancestors.contains(&tree) {
-        return Err(StoreError::Corrupt {
-            id: tree,
-            reason: "a directory tree contains itself".into(),
-        });
+/// Export tree `tree` into the existing directory `dir`, `depth` levels
+/// below the target; `parent` is the index of the tree above in
+/// `tree_chain`. Readers do not re-hash objects (fsck does), so a damaged
+/// Store can hold a tree that contains itself: it is refused, or the
+/// export would never end.
+fn export_dir<'s>(
+    ctx: &'s Ctx<'s>,
+    s: &rayon::Scope<'s>,
+    tree: ObjectId,
+    dir: Arc<PathBuf>,
+    parent: Option<usize>,
+    depth: usize,
+) {
+    if ctx.failed.load(Ordering::Relaxed) {
+        return;
     }
+    match list_dir(ctx, tree, parent) {
+        Ok((me, entries)) => {
+            let mut files = Vec::new();
+            for e in entries {
+                let path = dir.join(OsStr::from_bytes(&e.name));
+                if e.link_group != 0 {
+                    lock(&ctx.linked).push((path, e));
+                } else if let EntryKind::Dir(t) = e.kind {
+                    if let Err(err) = create_dir(&path) {
+                        return ctx.fail(err);
+                    }
+                    lock(&ctx.dirs).push((path.clone(), e, depth + 1));
+                    lock(&ctx.report).dirs += 1;
+                    let path = Arc::new(path);
+                    s.spawn(move |s| export_dir(ctx, s, t, path, Some(me), depth + 1));
+                } else {
+                    files.push((path, e));
+                    if files.len() == ENTRIES_PER_TASK {
+                        let batch = std::mem::take(&mut files);
+                        s.spawn(move |_| write_entries(ctx, batch));
+                    }
+                }
+            }
+            write_entries(ctx, files);
+        }
+        Err(e) => ctx.fail(e),
+    }
+}
+
+/// Check and list `tree`; returns its index in `tree_chain` and its entries.
+fn list_dir(
+    ctx: &Ctx<'_>,
+    tree: ObjectId,
+    parent: Option<usize>,
+) -> Result<(usize, Vec<TreeEntry>)> {
+    let me = {
+        let mut chain = lock(&ctx.tree_chain);
+        let mut up = parent;
+        while let Some(i) = up {
+            if chain[i].0 == tree {
+                return Err(StoreError::Corrupt {
+                    id: tree,
+                    reason: "a directory tree contains itself".into(),
+                });
+            }
+            up = chain[i].1;
+        }
+        chain.push((tree, parent));
+        chain.len() - 1
+    };
     let entries = ctx.store.list_tree(tree)?;
     // A stored tree may hold what `write_tree` refuses (written by another
     // build, or by hand): every name must be one path component and unique,
@@ -135,44 +220,38 @@ fn export_dir(ctx: &Ctx<'_>, tree: ObjectId, dir: &Path, ancestors: &[ObjectId])
             reason: format!("duplicate name {:?}", String::from_utf8_lossy(w[0])),
         });
     }
-    entries.par_iter().try_for_each(|e| -> Result<()> {
-        let path = dir.join(OsStr::from_bytes(&e.name));
-        if e.link_group != 0 {
-            ctx.linked
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((path, e.clone()));
-            return Ok(());
-        }
-        if let EntryKind::Dir(t) = &e.kind {
-            match std::fs::create_dir(&path) {
-                Ok(()) => {}
-                // A real directory left by an earlier export (--force) is
-                // reused. Anything else in the way is replaced, never
-                // followed: a symlink there (from a commit where this name
-                // was a link) would take the entries outside the target.
-                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let md = std::fs::symlink_metadata(&path)
-                        .map_err(|err| StoreError::io("inspect", &path, err))?;
-                    if !md.is_dir() {
-                        std::fs::remove_file(&path)
-                            .map_err(|err| StoreError::io("replace", &path, err))?;
-                        std::fs::create_dir(&path)
-                            .map_err(|err| StoreError::io("create", &path, err))?;
-                    }
-                }
-                Err(err) => return Err(StoreError::io("create", &path, err)),
+    Ok((me, entries))
+}
+
+/// Make the directory `path`. A real directory left by an earlier export
+/// (--force) is reused. Anything else in the way is replaced, never
+/// followed: a symlink there (from a commit where this name was a link)
+/// would take the entries outside the target.
+fn create_dir(path: &Path) -> Result<()> {
+    match std::fs::create_dir(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            let md = std::fs::symlink_metadata(path)
+                .map_err(|err| StoreError::io("inspect", path, err))?;
+            if !md.is_dir() {
+                std::fs::remove_file(path).map_err(|err| StoreError::io("replace", path, err))?;
+                std::fs::create_dir(path).map_err(|err| StoreError::io("create", path, err))?;
             }
-            export_dir(ctx, *t, &path, &[ancestors, &[tree]].concat())?;
-            ctx.dirs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((path, e.clone()));
-            ctx.report.lock().unwrap_or_else(|p| p.into_inner()).dirs += 1;
-            return Ok(());
+            Ok(())
         }
-        write_entry(ctx, &path, e)
-    })
+        Err(err) => Err(StoreError::io("create", path, err)),
+    }
+}
+
+fn write_entries(ctx: &Ctx<'_>, entries: Vec<(PathBuf, TreeEntry)>) {
+    for (path, e) in entries {
+        if ctx.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(err) = write_entry(ctx, &path, &e) {
+            return ctx.fail(err);
+        }
+    }
 }
 
 fn write_entry(ctx: &Ctx<'_>, path: &Path, e: &TreeEntry) -> Result<()> {
@@ -208,7 +287,12 @@ fn write_entry(ctx: &Ctx<'_>, path: &Path, e: &TreeEntry) -> Result<()> {
             )
             .map_err(|err| StoreError::io("create the special file", path, err.into()))?;
         }
-        EntryKind::Dir(_) => unreachable!("directories are handled by export_dir"),
+        EntryKind::Dir(_) => {
+            return Err(StoreError::Invalid(format!(
+                "{} is a directory entry passed as a file (an internal error)",
+                path.display()
+            )))
+        }
     }
     ctx.progress.advance(1);
     apply_meta(ctx.as_root, path, e)

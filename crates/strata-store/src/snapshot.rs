@@ -1,7 +1,10 @@
 //! Snapshot: commit a host directory's current state as the next commit on a
 //! branch. Files are read, chunked, hashed and compressed on every core
-//! (rayon); one writer thread inserts the objects in bounded transactions;
-//! the commit and the branch head are published last, in one transaction.
+//! (rayon: each directory, and each batch of its names, is a task of one
+//! scope); one writer thread inserts the objects in bounded transactions;
+//! the trees are built bottom-up by a walk with its own stack; the commit
+//! and the branch head are published last, in one transaction. No part of
+//! it recurses on the depth of the tree.
 
 use crate::error::{Result, StoreError};
 use crate::files::Sink;
@@ -13,12 +16,14 @@ use crate::progress::Progress;
 use crate::refs::{BranchRef, Target};
 use crate::store::Store;
 use crate::trees::build_tree;
-use rayon::prelude::*;
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What a snapshot did.
 #[derive(Clone, Debug, Default)]
@@ -39,16 +44,45 @@ pub struct SnapshotReport {
     pub warnings: Vec<String>,
 }
 
+/// A directory found by the scan: where it is, its tree in the parent
+/// commit (for deltas), and its entries in no particular order until the
+/// trees are built.
+struct DirScan {
+    path: PathBuf,
+    prev: Option<ObjectId>,
+    items: Vec<Scanned>,
+}
+
 /// A scanned entry before hard-link groups and tree ids are assigned.
 struct Scanned {
     entry: TreeEntry,
     /// (dev, ino) when the file has other hard links.
     inode: Option<(u64, u64)>,
-    children: Option<Vec<Scanned>>,
+    /// A directory: its index in the scan's list of directories.
+    dir: Option<usize>,
 }
 
-/// A scanned entry and the objects its content needs stored (None: skipped).
-type ScannedWithObjects = Option<(Scanned, Vec<Prepared>)>;
+/// What `scan_entry` found: the entry, and for a directory its tree in
+/// the parent commit (Some(prev)), to be scanned as a task of its own.
+type Found = Option<(Scanned, Option<Option<ObjectId>>)>;
+
+/// Names handed to one task: large enough that a task costs more than its
+/// scheduling and its one message to the writer, small enough that a big
+/// directory still spreads over every core.
+const NAMES_PER_TASK: usize = 64;
+
+/// The scan's shared state. Directories are a flat list (index 0 is the
+/// source root) and every task is spawned into one `rayon::scope`: a task
+/// never waits for another, so no stack, of the caller or of a pool
+/// thread, grows with the depth of the tree (a deep tree used to
+/// overflow the stack, which aborts the process).
+struct Scan<'a> {
+    ctx: &'a Ctx<'a>,
+    tx: &'a SyncSender<Vec<Prepared>>,
+    dirs: Mutex<Vec<DirScan>>,
+    failed: AtomicBool,
+    error: Mutex<Option<StoreError>>,
+}
 
 struct Ctx<'a> {
     store: &'a Store,
@@ -141,14 +175,12 @@ impl Store {
                 batch.flush()?;
                 Ok((batch.new_objects, batch.new_bytes))
             });
-            let scan = scan_dir(&ctx, &src, prev_tree, &tx);
+            let scan = scan_tree(&ctx, &src, prev_tree, &tx);
             let root_meta =
                 std::fs::symlink_metadata(&src).map_err(|e| StoreError::io("stat", &src, e));
-            let built = scan.and_then(|children| {
+            let built = scan.and_then(|dirs| {
                 let mut report = SnapshotReport::default();
-                let mut groups = HashMap::new();
-                let mut tx2 = tx.clone();
-                let tree = assign_and_build(children, &mut groups, &mut report, &mut tx2)?;
+                let tree = assign_and_build(dirs, &mut report, &tx)?;
                 Ok((tree, report, root_meta?))
             });
             drop(tx);
@@ -156,8 +188,13 @@ impl Store {
             (built, written)
         });
         progress.finish();
+        // A writer that failed (a full disk) stops the scan too, whose own
+        // error then only says that the writer stopped: report the cause.
+        let (new_objects, new_bytes) = match (&scan, written) {
+            (Err(_), Err(w)) => return Err(w),
+            (_, w) => w?,
+        };
         let (tree, mut report, root_meta) = scan?;
-        let (new_objects, new_bytes) = written?;
         report.new_objects = new_objects;
         report.new_bytes = new_bytes;
         report.warnings = ctx.warnings.into_inner().unwrap_or_default();
@@ -188,60 +225,148 @@ impl Store {
     }
 }
 
-fn scan_dir(
+/// Scan `root` into a flat list of directories (index 0 is `root`), sending
+/// every file's objects to the writer as they are prepared.
+fn scan_tree(
     ctx: &Ctx<'_>,
-    dir: &Path,
+    root: &Path,
     prev_tree: Option<ObjectId>,
     tx: &SyncSender<Vec<Prepared>>,
-) -> Result<Vec<Scanned>> {
-    let prev: HashMap<Vec<u8>, TreeEntry> = match prev_tree {
-        Some(t) => ctx
-            .store
-            .list_tree(t)?
-            .into_iter()
-            .map(|e| (e.name.clone(), e))
-            .collect(),
-        None => HashMap::new(),
+) -> Result<Vec<DirScan>> {
+    let scan = Scan {
+        ctx,
+        tx,
+        dirs: Mutex::new(vec![DirScan {
+            path: root.to_path_buf(),
+            prev: prev_tree,
+            items: Vec::new(),
+        }]),
+        failed: AtomicBool::new(false),
+        error: Mutex::new(None),
     };
-    let mut names = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))? {
-        let e = e.map_err(|e| StoreError::io("list", dir, e))?;
-        names.push(e.file_name());
+    rayon::scope(|s| s.spawn(|s| scan_dir(&scan, s, 0)));
+    if let Some(e) = lock(&scan.error).take() {
+        return Err(e);
     }
-    let results: Vec<Result<ScannedWithObjects>> = names
-        .par_iter()
-        .map(|name| {
-            let path = dir.join(name);
-            let prev = prev.get(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str()));
-            let mut objects = Vec::new();
-            Ok(scan_entry(ctx, &path, prev, tx, &mut objects)?.map(|s| (s, objects)))
-        })
-        .collect();
-    let mut out = Vec::with_capacity(results.len());
+    Ok(scan.dirs.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Scan<'_> {
+    /// Record the first error; every task not yet started then does nothing.
+    fn fail(&self, e: StoreError) {
+        self.failed.store(true, Ordering::Relaxed);
+        lock(&self.error).get_or_insert(e);
+    }
+}
+
+/// List directory `d` and spawn one task per `NAMES_PER_TASK` of its names.
+fn scan_dir<'s>(scan: &'s Scan<'s>, s: &rayon::Scope<'s>, d: usize) {
+    if scan.failed.load(Ordering::Relaxed) {
+        return;
+    }
+    let (dir, prev_tree) = {
+        let dirs = lock(&scan.dirs);
+        (dirs[d].path.clone(), dirs[d].prev)
+    };
+    let listed = (|| -> Result<_> {
+        let prev: HashMap<Vec<u8>, TreeEntry> = match prev_tree {
+            Some(t) => scan
+                .ctx
+                .store
+                .list_tree(t)?
+                .into_iter()
+                .map(|e| (e.name.clone(), e))
+                .collect(),
+            None => HashMap::new(),
+        };
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(&dir).map_err(|e| StoreError::io("list", &dir, e))? {
+            let e = e.map_err(|e| StoreError::io("list", &dir, e))?;
+            names.push(e.file_name());
+        }
+        Ok((prev, names))
+    })();
+    let (prev, mut names) = match listed {
+        Ok(x) => x,
+        Err(e) => return scan.fail(e),
+    };
+    let dir = Arc::new(dir);
+    let prev = Arc::new(prev);
+    while !names.is_empty() {
+        let rest = names.split_off(names.len().saturating_sub(NAMES_PER_TASK));
+        let (dir, prev) = (dir.clone(), prev.clone());
+        s.spawn(move |s| scan_names(scan, s, d, &dir, &prev, rest));
+    }
+}
+
+/// Scan some entries of directory `d`: files are read and cut into objects
+/// here; each subdirectory becomes a new directory of the scan and a task.
+fn scan_names<'s>(
+    scan: &'s Scan<'s>,
+    s: &rayon::Scope<'s>,
+    d: usize,
+    dir: &Path,
+    prev: &HashMap<Vec<u8>, TreeEntry>,
+    names: Vec<OsString>,
+) {
+    if scan.failed.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut items = Vec::with_capacity(names.len());
+    let mut subdirs = Vec::new();
     let mut objects = Vec::new();
-    for r in results {
-        if let Some((s, o)) = r? {
-            out.push(s);
-            objects.extend(o);
+    for name in names {
+        let path = dir.join(&name);
+        let prev = prev.get(name.as_bytes());
+        match scan_entry(scan.ctx, &path, prev, &mut objects) {
+            Ok(None) => {}
+            Ok(Some((item, sub))) => {
+                if let Some(prev_tree) = sub {
+                    subdirs.push((items.len(), path, prev_tree));
+                }
+                items.push(item);
+            }
+            Err(e) => return scan.fail(e),
         }
     }
-    send(tx, objects)?;
-    Ok(out)
+    if let Err(e) = send(scan.tx, objects) {
+        return scan.fail(e);
+    }
+    let mut spawn = Vec::with_capacity(subdirs.len());
+    {
+        let mut dirs = lock(&scan.dirs);
+        for (k, path, prev) in subdirs {
+            let j = dirs.len();
+            dirs.push(DirScan {
+                path,
+                prev,
+                items: Vec::new(),
+            });
+            items[k].dir = Some(j);
+            spawn.push(j);
+        }
+        dirs[d].items.extend(items);
+    }
+    for j in spawn {
+        s.spawn(move |s| scan_dir(scan, s, j));
+    }
 }
 
 fn scan_entry(
     ctx: &Ctx<'_>,
     path: &Path,
     prev: Option<&TreeEntry>,
-    tx: &SyncSender<Vec<Prepared>>,
     objects: &mut Vec<Prepared>,
-) -> Result<Option<Scanned>> {
+) -> Result<Found> {
     let md = std::fs::symlink_metadata(path).map_err(|e| StoreError::io("stat", path, e))?;
     let ft = md.file_type();
-    let name =
-        std::os::unix::ffi::OsStrExt::as_bytes(path.file_name().expect("has a name")).to_vec();
+    let name = path.file_name().unwrap_or_default().as_bytes().to_vec();
     let mut inode = None;
-    let mut children = None;
+    let mut subdir = None;
     let kind = if ft.is_file() {
         let prev_content = match prev.map(|p| &p.kind) {
             Some(EntryKind::File(c)) => Some(c.clone()),
@@ -260,15 +385,14 @@ fn scan_entry(
         if path == ctx.store_dir {
             return Ok(None);
         }
-        let prev_tree = match prev.map(|p| &p.kind) {
+        subdir = Some(match prev.map(|p| &p.kind) {
             Some(EntryKind::Dir(t)) => Some(*t),
             _ => None,
-        };
-        children = Some(scan_dir(ctx, path, prev_tree, tx)?);
+        });
         EntryKind::Dir(ObjectId([0; 32])) // filled in when the tree is built
     } else if ft.is_symlink() {
         let t = std::fs::read_link(path).map_err(|e| StoreError::io("read the link", path, e))?;
-        EntryKind::Symlink(std::os::unix::ffi::OsStrExt::as_bytes(t.as_os_str()).to_vec())
+        EntryKind::Symlink(t.as_os_str().as_bytes().to_vec())
     } else if ft.is_fifo() {
         EntryKind::Fifo
     } else {
@@ -279,17 +403,14 @@ fn scan_entry(
         } else {
             "a character device"
         };
-        ctx.warnings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(format!(
-                "skipped {} ({what}): it cannot be stored as file content",
-                path.display()
-            ));
+        lock(&ctx.warnings).push(format!(
+            "skipped {} ({what}): it cannot be stored as file content",
+            path.display()
+        ));
         return Ok(None);
     };
     let xattrs = read_user_xattrs(path)?;
-    Ok(Some(Scanned {
+    let item = Scanned {
         entry: TreeEntry {
             name,
             kind,
@@ -301,8 +422,9 @@ fn scan_entry(
             link_group: 0,
         },
         inode,
-        children,
-    }))
+        dir: None,
+    };
+    Ok(Some((item, subdir)))
 }
 
 fn send(tx: &SyncSender<Vec<Prepared>>, objects: Vec<Prepared>) -> Result<()> {
@@ -313,42 +435,61 @@ fn send(tx: &SyncSender<Vec<Prepared>>, objects: Vec<Prepared>) -> Result<()> {
         .map_err(|_| StoreError::Invalid("the object writer stopped early".into()))
 }
 
-/// Assign hard-link groups in name order (deterministic: the same tree gets
-/// the same ids) and build tree nodes bottom-up.
+/// Assign hard-link groups in name order, depth first (deterministic: the
+/// same tree gets the same ids, as it did when this walk recursed), and
+/// build tree nodes bottom-up. The walk keeps its own stack of (directory,
+/// next entry), so its depth costs heap, not call stack.
 fn assign_and_build(
-    mut items: Vec<Scanned>,
-    groups: &mut HashMap<(u64, u64), u64>,
+    mut dirs: Vec<DirScan>,
     report: &mut SnapshotReport,
-    tx: &mut SyncSender<Vec<Prepared>>,
+    tx: &SyncSender<Vec<Prepared>>,
 ) -> Result<ObjectId> {
-    items.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
-    let mut entries = Vec::with_capacity(items.len());
-    for mut it in items {
-        if let Some(children) = it.children.take() {
-            let t = assign_and_build(children, groups, report, tx)?;
-            it.entry.kind = EntryKind::Dir(t);
-            report.dirs += 1;
-        }
-        match &it.entry.kind {
-            EntryKind::File(c) => {
-                report.files += 1;
-                if let Some(ino) = it.inode {
-                    let next = groups.len() as u64 + 1;
-                    let g = *groups.entry(ino).or_insert(next);
-                    if g == next {
+    for d in &mut dirs {
+        d.items.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
+    }
+    let mut groups: HashMap<(u64, u64), u64> = HashMap::new();
+    let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
+    while let Some(&(d, i)) = stack.last() {
+        if let Some(it) = dirs[d].items.get_mut(i) {
+            stack.last_mut().expect("not empty").1 += 1;
+            if let Some(child) = it.dir {
+                // Its kind is set once the subdirectory's tree is built.
+                stack.push((child, 0));
+                continue;
+            }
+            match &it.entry.kind {
+                EntryKind::File(c) => {
+                    report.files += 1;
+                    if let Some(ino) = it.inode {
+                        let next = groups.len() as u64 + 1;
+                        let g = *groups.entry(ino).or_insert(next);
+                        if g == next {
+                            report.bytes += c.size;
+                        }
+                        it.entry.link_group = g;
+                    } else {
                         report.bytes += c.size;
                     }
-                    it.entry.link_group = g;
-                } else {
-                    report.bytes += c.size;
                 }
+                EntryKind::Symlink(_) => report.symlinks += 1,
+                _ => {}
             }
-            EntryKind::Symlink(_) => report.symlinks += 1,
-            _ => {}
+            continue;
         }
-        entries.push(it.entry);
+        let entries = std::mem::take(&mut dirs[d].items)
+            .into_iter()
+            .map(|it| it.entry)
+            .collect();
+        let (id, nodes) = build_tree(entries)?;
+        send(tx, nodes)?;
+        stack.pop();
+        match stack.last() {
+            Some(&(parent, next)) => {
+                dirs[parent].items[next - 1].entry.kind = EntryKind::Dir(id);
+                report.dirs += 1;
+            }
+            None => return Ok(id),
+        }
     }
-    let (id, nodes) = build_tree(entries)?;
-    send(tx, nodes)?;
-    Ok(id)
+    unreachable!("the walk returns when it pops the root")
 }

@@ -177,12 +177,28 @@ impl Store {
     }
 }
 
+/// Append the entries under node `id` in order. Index nodes are walked with
+/// a stack of their own; a node met twice (only a damaged Store can hold an
+/// index that contains itself) is refused instead of looping forever.
 fn list_into(conn: &rusqlite::Connection, id: &ObjectId, out: &mut Vec<TreeEntry>) -> Result<()> {
-    match read_node(conn, id)? {
-        TreeNode::Leaf(entries) => out.extend(entries),
-        TreeNode::Index(children) => {
-            for c in children {
-                list_into(conn, &c.id, out)?;
+    let mut todo = vec![*id];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(id) = todo.pop() {
+        match read_node(conn, &id)? {
+            TreeNode::Leaf(entries) => out.extend(entries),
+            TreeNode::Index(children) => {
+                if seen.is_empty() {
+                    seen.insert(id); // the root: the first index node met
+                }
+                for c in children.iter().rev() {
+                    if !seen.insert(c.id) {
+                        return Err(StoreError::Corrupt {
+                            id: c.id,
+                            reason: "a tree index lists this node twice".into(),
+                        });
+                    }
+                    todo.push(c.id);
+                }
             }
         }
     }

@@ -30,101 +30,95 @@ pub enum Node {
 /// Path (relative, '/'-separated, raw bytes) -> node.
 pub type Manifest = BTreeMap<Vec<u8>, Node>;
 
-/// The manifest of a directory on disk (never follows symlinks).
+/// The manifest of a directory on disk (never follows symlinks). Walked
+/// with a work list: the deep-tree tests use it on trees thousands of
+/// levels deep.
 pub fn manifest_dir(root: &Path) -> Manifest {
     let mut m = Manifest::new();
-    walk_dir(root, root, &mut m);
-    m
-}
-
-fn walk_dir(root: &Path, dir: &Path, m: &mut Manifest) {
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("list {}: {e}", dir.display()))
-        .map(|e| e.expect("dir entry").path())
-        .collect();
-    names.sort();
-    for p in names {
-        let md = std::fs::symlink_metadata(&p).expect("lstat");
-        let rel = p
-            .strip_prefix(root)
-            .expect("under root")
-            .as_os_str()
-            .as_bytes()
-            .to_vec();
-        let ft = md.file_type();
-        if ft.is_symlink() {
-            let t = std::fs::read_link(&p).expect("readlink");
-            m.insert(rel, Node::Symlink(t.as_os_str().as_bytes().to_vec()));
-        } else if ft.is_dir() {
-            m.insert(
-                rel,
-                Node::Dir {
-                    mode: md.mode() & 0o7777,
-                },
-            );
-            walk_dir(root, &p, m);
-        } else {
-            let bytes = std::fs::read(&p).expect("read");
-            m.insert(
-                rel,
-                Node::File {
-                    hash: *blake3::hash(&bytes).as_bytes(),
-                    mode: md.mode() & 0o7777,
-                },
-            );
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("list {}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .collect();
+        for p in names {
+            let md = std::fs::symlink_metadata(&p).expect("lstat");
+            let rel = p
+                .strip_prefix(root)
+                .expect("under root")
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let ft = md.file_type();
+            if ft.is_symlink() {
+                let t = std::fs::read_link(&p).expect("readlink");
+                m.insert(rel, Node::Symlink(t.as_os_str().as_bytes().to_vec()));
+            } else if ft.is_dir() {
+                m.insert(
+                    rel,
+                    Node::Dir {
+                        mode: md.mode() & 0o7777,
+                    },
+                );
+                todo.push(p);
+            } else {
+                let bytes = std::fs::read(&p).expect("read");
+                m.insert(
+                    rel,
+                    Node::File {
+                        hash: *blake3::hash(&bytes).as_bytes(),
+                        mode: md.mode() & 0o7777,
+                    },
+                );
+            }
         }
     }
+    m
 }
 
 /// The manifest of a commit, reading every byte of every file: a commit
 /// whose objects are not all present and sound fails here with the error.
+/// Walked with a work list, like `manifest_dir`.
 pub fn manifest_commit(store: &Store, commit: ObjectId) -> strata_store::Result<Manifest> {
     let c = store.read_commit(commit)?;
     let mut m = Manifest::new();
-    walk_tree(store, c.tree, Vec::new(), &mut m)?;
-    Ok(m)
-}
-
-fn walk_tree(
-    store: &Store,
-    tree: ObjectId,
-    prefix: Vec<u8>,
-    m: &mut Manifest,
-) -> strata_store::Result<()> {
-    for e in store.list_tree(tree)? {
-        let mut path = prefix.clone();
-        if !path.is_empty() {
-            path.push(b'/');
-        }
-        path.extend_from_slice(&e.name);
-        match &e.kind {
-            EntryKind::File(c) => {
-                let mut h = blake3::Hasher::new();
-                store.read_to(c, &mut h)?;
-                m.insert(
-                    path,
-                    Node::File {
-                        hash: *h.finalize().as_bytes(),
-                        mode: e.mode & 0o7777,
-                    },
-                );
+    let mut todo = vec![(c.tree, Vec::new())];
+    while let Some((tree, prefix)) = todo.pop() {
+        for e in store.list_tree(tree)? {
+            let mut path: Vec<u8> = prefix.clone();
+            if !path.is_empty() {
+                path.push(b'/');
             }
-            EntryKind::Dir(t) => {
-                m.insert(
-                    path.clone(),
-                    Node::Dir {
-                        mode: e.mode & 0o7777,
-                    },
-                );
-                walk_tree(store, *t, path, m)?;
+            path.extend_from_slice(&e.name);
+            match &e.kind {
+                EntryKind::File(c) => {
+                    let mut h = blake3::Hasher::new();
+                    store.read_to(c, &mut h)?;
+                    m.insert(
+                        path,
+                        Node::File {
+                            hash: *h.finalize().as_bytes(),
+                            mode: e.mode & 0o7777,
+                        },
+                    );
+                }
+                EntryKind::Dir(t) => {
+                    m.insert(
+                        path.clone(),
+                        Node::Dir {
+                            mode: e.mode & 0o7777,
+                        },
+                    );
+                    todo.push((*t, path));
+                }
+                EntryKind::Symlink(t) => {
+                    m.insert(path, Node::Symlink(t.clone()));
+                }
+                EntryKind::Fifo | EntryKind::Socket => {}
             }
-            EntryKind::Symlink(t) => {
-                m.insert(path, Node::Symlink(t.clone()));
-            }
-            EntryKind::Fifo | EntryKind::Socket => {}
         }
     }
-    Ok(())
+    Ok(m)
 }
 
 /// Shape of a random tree.

@@ -1,11 +1,13 @@
-//! Status and commit: compare the live tree with the base, and publish it.
+//! Commit: publish the live tree (status, its comparison with the base, is
+//! in `status.rs`).
 //!
 //! Both walk only directories marked dirty (a mutation marks its directory
 //! and every ancestor), so their cost follows the size of the change, not of
 //! the namespace. Unchanged files are compared by `FileContent` (ids), never
 //! by reading bytes; an upper file counts as unchanged while its size and
 //! mtime still equal those recorded at copy-up and no write went through
-//! the daemon.
+//! the daemon. No walk recurses: each keeps its own stack or work list, so
+//! a deep tree costs heap, never call stack.
 
 use crate::error::{Result, WsError};
 use crate::node::{Data, NodeKind, Slot, ROOT};
@@ -24,7 +26,7 @@ pub enum CommitOutcome {
     UpToDate,
 }
 
-fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
+pub(crate) fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = path.to_vec();
     if !p.is_empty() {
         p.push(b'/');
@@ -33,22 +35,25 @@ fn join(path: &[u8], name: &[u8]) -> Vec<u8> {
     p
 }
 
-fn st_err(action: &'static str) -> impl Fn(StoreError) -> WsError {
+pub(crate) fn st_err(action: &'static str) -> impl Fn(StoreError) -> WsError {
     move |source| WsError::Store {
         action,
         source: Box::new(source),
     }
 }
 
-fn errno_err(action: &'static str) -> impl Fn(fuser::Errno) -> WsError {
+pub(crate) fn errno_err(action: &'static str) -> impl Fn(fuser::Errno) -> WsError {
     move |e| WsError::Invalid(format!("{action}: {e:?}"))
 }
 
-/// Current state of a name: a node, or an untouched entry of the node's
-/// own (possibly moved) base tree.
-enum Cur {
-    Node(u64),
-    Entry(TreeEntry),
+/// A directory being rebuilt by commit: its entries so far, the live
+/// children still to visit, and the name it has in its parent.
+struct BuildFrame {
+    ino: u64,
+    name: Vec<u8>,
+    entries: BTreeMap<Vec<u8>, TreeEntry>,
+    children: Vec<(Vec<u8>, Slot)>,
+    next: usize,
 }
 
 /// Hash `files` (see [`State::files_to_hash`]) with no lock held. A file that
@@ -120,7 +125,7 @@ impl State {
     }
 
     /// Is node `ino` equal to base entry `b` (same kind assumed)?
-    fn same_as(&self, ino: u64, b: &TreeEntry) -> Result<bool> {
+    pub(crate) fn same_as(&self, ino: u64, b: &TreeEntry) -> Result<bool> {
         let n = self.node(ino).map_err(errno_err("status"))?;
         if n.perm != b.mode & 0o7777 || n.uid != b.uid || n.gid != b.gid {
             return Ok(false);
@@ -153,7 +158,7 @@ impl State {
     /// mtime moved and mark their directories for the walk below. Costs one
     /// stat per upper file (files changed in this Workspace), not per file
     /// of the namespace.
-    fn refresh_dirty(&mut self) -> Result<()> {
+    pub(crate) fn refresh_dirty(&mut self) -> Result<()> {
         self.resolve_pending_groups()?;
         let uppers: Vec<u64> = self
             .nodes
@@ -197,87 +202,93 @@ impl State {
         Ok(())
     }
 
-    fn scan_groups(&mut self, dir: u64, groups: &BTreeSet<u64>) -> Result<()> {
-        let d = self
-            .node(dir)
-            .map_err(errno_err("scan hard links"))?
-            .dir()
-            .expect("dir");
-        let children = d.children.clone();
-        let mut paths = Vec::new();
-        for (name, e) in self.base_entries(d.lower)? {
-            if !children.contains_key(&name) {
-                self.collect_group_paths(&e, vec![name], groups, &mut paths)?;
-            }
-        }
-        for path in paths {
-            let mut cur = dir;
-            let last = path.len() - 1;
-            for (i, comp) in path.iter().enumerate() {
-                match self
-                    .child(cur, comp)
-                    .map_err(errno_err("resolve a hard link"))?
-                {
-                    Some(c) if i == last => {
-                        let parent = cur;
-                        let _ = c;
-                        self.tx(|s| s.dirty_dir(parent))
-                            .map_err(errno_err("journal"))?;
-                    }
-                    Some(c) => cur = c,
-                    None => break,
+    /// Walk the live directories (a work list, not recursion: a deep tree
+    /// costs heap, never call stack) and resolve every base link of
+    /// `groups` that lies in a part of the base nobody looked at.
+    fn scan_groups(&mut self, root: u64, groups: &BTreeSet<u64>) -> Result<()> {
+        let mut dirs = vec![root];
+        while let Some(dir) = dirs.pop() {
+            let d = self
+                .node(dir)
+                .map_err(errno_err("scan hard links"))?
+                .dir()
+                .ok_or_else(|| WsError::Invalid(format!("inode {dir} is not a directory")))?;
+            let children = d.children.clone();
+            let mut paths = Vec::new();
+            for (name, e) in self.base_entries(d.lower)? {
+                if !children.contains_key(&name) {
+                    self.collect_group_paths(e, vec![name], groups, &mut paths)?;
                 }
             }
-        }
-        for slot in children.values() {
-            if let Slot::Node(c) = slot {
-                if self
-                    .node(*c)
-                    .map(|n| n.kind == NodeKind::Dir)
-                    .unwrap_or(false)
-                {
-                    self.scan_groups(*c, groups)?;
+            for path in paths {
+                self.resolve_link(dir, &path)?;
+            }
+            for slot in children.values() {
+                if let Slot::Node(c) = slot {
+                    if self
+                        .node(*c)
+                        .map(|n| n.kind == NodeKind::Dir)
+                        .unwrap_or(false)
+                    {
+                        dirs.push(*c);
+                    }
                 }
             }
         }
         Ok(())
     }
 
+    /// Resolve `path` below directory `dir`, which attaches the link to its
+    /// group's inode, and mark its directory for rebuild.
+    fn resolve_link(&mut self, dir: u64, path: &[Vec<u8>]) -> Result<()> {
+        let mut cur = dir;
+        for (i, comp) in path.iter().enumerate() {
+            match self
+                .child(cur, comp)
+                .map_err(errno_err("resolve a hard link"))?
+            {
+                Some(_) if i + 1 == path.len() => {
+                    let parent = cur;
+                    self.tx(|s| s.dirty_dir(parent))
+                        .map_err(errno_err("journal"))?;
+                }
+                Some(c) => cur = c,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths (as components) of every file of `groups` at or below base
+    /// entry `e`, found with a work list of base directories.
     fn collect_group_paths(
         &self,
-        e: &TreeEntry,
+        e: TreeEntry,
         path: Vec<Vec<u8>>,
         groups: &BTreeSet<u64>,
         out: &mut Vec<Vec<Vec<u8>>>,
     ) -> Result<()> {
-        match &e.kind {
-            EntryKind::File(_) if groups.contains(&e.link_group) => out.push(path),
-            EntryKind::Dir(t) => {
-                for c in self.store.list_tree(*t).map_err(st_err("list a tree"))? {
-                    let mut p = path.clone();
-                    p.push(c.name.clone());
-                    self.collect_group_paths(&c, p, groups, out)?;
+        let mut todo = vec![(e, path)];
+        while let Some((e, path)) = todo.pop() {
+            match &e.kind {
+                EntryKind::File(_) if groups.contains(&e.link_group) => out.push(path),
+                EntryKind::Dir(t) => {
+                    for c in self.store.list_tree(*t).map_err(st_err("list a tree"))? {
+                        let mut p = path.clone();
+                        p.push(c.name.clone());
+                        todo.push((c, p));
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
         Ok(())
     }
 
-    pub(crate) fn status(&mut self) -> Result<Vec<Change>> {
-        self.refresh_dirty()?;
-        let mut out = Vec::new();
-        let base_tree = self
-            .store
-            .read_commit(self.base)
-            .map_err(st_err("read the base commit"))?
-            .tree;
-        self.diff_dir(ROOT, Some(base_tree), b"", &mut out)?;
-        out.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(out)
-    }
-
-    fn base_entries(&self, tree: Option<ObjectId>) -> Result<BTreeMap<Vec<u8>, TreeEntry>> {
+    pub(crate) fn base_entries(
+        &self,
+        tree: Option<ObjectId>,
+    ) -> Result<BTreeMap<Vec<u8>, TreeEntry>> {
         Ok(match tree {
             None => BTreeMap::new(),
             Some(t) => self
@@ -290,201 +301,92 @@ impl State {
         })
     }
 
-    fn diff_dir(
-        &mut self,
-        ino: u64,
-        base: Option<ObjectId>,
-        path: &[u8],
-        out: &mut Vec<Change>,
-    ) -> Result<()> {
-        let d = self
-            .node(ino)
-            .map_err(errno_err("status"))?
-            .dir()
-            .expect("dir");
-        if !d.dirty && d.lower == base {
-            return Ok(());
-        }
-        let same_origin = d.lower == base;
-        let own_lower = d.lower;
-        let children = d.children.clone();
-        if same_origin && children.len() > 16 {
-            // One listing (cached) beats a Store lookup per changed name.
-            self.listing(ino).map_err(errno_err("status"))?;
-        }
-        let own = if same_origin {
-            BTreeMap::new()
-        } else {
-            self.base_entries(own_lower)?
-        };
-        let mut names: BTreeSet<Vec<u8>> = children.keys().cloned().collect();
-        let base_list = if same_origin {
-            None
-        } else {
-            let b = self.base_entries(base)?;
-            names.extend(b.keys().cloned());
-            names.extend(own.keys().cloned());
-            Some(b)
-        };
-        for name in names {
-            let b = match &base_list {
-                Some(l) => l.get(&name).cloned(),
-                None => self.lower_entry(ino, &name).map_err(errno_err("status"))?,
-            };
-            let cur = match children.get(&name) {
-                Some(Slot::Node(i)) => Some(Cur::Node(*i)),
-                Some(Slot::Whiteout) => None,
-                None => own.get(&name).cloned().map(Cur::Entry),
-            };
-            let p = join(path, &name);
-            self.diff_one(b, cur, p, out)?;
-        }
-        Ok(())
-    }
-
-    fn diff_one(
-        &mut self,
-        b: Option<TreeEntry>,
-        cur: Option<Cur>,
-        p: Vec<u8>,
-        out: &mut Vec<Change>,
-    ) -> Result<()> {
-        use ChangeKind::*;
-        let push = |out: &mut Vec<Change>, kind| {
-            out.push(Change {
-                path: p.clone(),
-                kind,
-            })
-        };
-        match (b, cur) {
-            (None, None) => {}
-            (Some(b), None) => self.report_entry(&b, p, Deleted, out)?,
-            (None, Some(Cur::Entry(e))) => self.report_entry(&e, p, Added, out)?,
-            (None, Some(Cur::Node(i))) => self.report_node(i, p, out)?,
-            (Some(b), Some(Cur::Entry(e))) => {
-                if e == b {
-                    return Ok(());
-                }
-                match (&e.kind, &b.kind) {
-                    (EntryKind::Dir(et), EntryKind::Dir(bt)) => {
-                        if (e.mode, e.uid, e.gid, &e.xattrs) != (b.mode, b.uid, b.gid, &b.xattrs) {
-                            push(out, Modified);
-                        }
-                        self.diff_trees(*et, *bt, &p, out)?;
-                    }
-                    (ek, bk) if ek.type_name() != bk.type_name() => push(out, TypeChanged),
-                    _ => push(out, Modified),
-                }
-            }
-            (Some(b), Some(Cur::Node(i))) => {
-                let kind = self.node(i).map_err(errno_err("status"))?.kind;
-                if kind != NodeKind::of(&b.kind) {
-                    push(out, TypeChanged);
-                } else if !self.same_as(i, &b)? {
-                    push(out, Modified);
-                }
-                if let (NodeKind::Dir, EntryKind::Dir(bt)) = (kind, &b.kind) {
-                    self.diff_dir(i, Some(*bt), &p, out)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Report an added or deleted base entry and, like `Store::diff`,
-    /// everything below it.
-    fn report_entry(
-        &self,
-        e: &TreeEntry,
-        p: Vec<u8>,
-        kind: ChangeKind,
-        out: &mut Vec<Change>,
-    ) -> Result<()> {
-        if let EntryKind::Dir(t) = &e.kind {
-            for c in self.store.list_tree(*t).map_err(st_err("list a tree"))? {
-                self.report_entry(&c, join(&p, &c.name), kind, out)?;
-            }
-        }
-        out.push(Change { path: p, kind });
-        Ok(())
-    }
-
-    /// Report an added node and everything below it.
-    fn report_node(&mut self, ino: u64, p: Vec<u8>, out: &mut Vec<Change>) -> Result<()> {
-        let n = self.node(ino).map_err(errno_err("status"))?;
-        if let Some(d) = n.dir() {
-            let children = d.children.clone();
-            for e in self.base_entries(d.lower)?.into_values() {
-                if !children.contains_key(&e.name) {
-                    self.report_entry(&e, join(&p, &e.name), ChangeKind::Added, out)?;
-                }
-            }
-            for (name, slot) in children {
-                if let Slot::Node(c) = slot {
-                    self.report_node(c, join(&p, &name), out)?;
-                }
-            }
-        }
-        out.push(Change {
-            path: p,
-            kind: ChangeKind::Added,
-        });
-        Ok(())
-    }
-
-    fn diff_trees(
-        &mut self,
-        a: ObjectId,
-        b: ObjectId,
-        path: &[u8],
-        out: &mut Vec<Change>,
-    ) -> Result<()> {
-        if a == b {
-            return Ok(());
-        }
-        let (al, bl) = (self.base_entries(Some(a))?, self.base_entries(Some(b))?);
-        let names: BTreeSet<Vec<u8>> = al.keys().chain(bl.keys()).cloned().collect();
-        for name in names {
-            let cur = al.get(&name).cloned().map(Cur::Entry);
-            self.diff_one(bl.get(&name).cloned(), cur, join(path, &name), out)?;
-        }
-        Ok(())
-    }
-
     // ---- commit ----------------------------------------------------------
 
-    fn build_dir(&mut self, ino: u64, built: &mut Built) -> Result<ObjectId> {
+    /// The tree of a directory that commit need not rebuild (clean, with a
+    /// base tree), or None.
+    fn clean_tree(&self, ino: u64) -> Result<Option<ObjectId>> {
         let d = self
             .node(ino)
             .map_err(errno_err("commit"))?
             .dir()
-            .expect("dir");
-        if let (false, Some(t)) = (d.dirty, d.lower) {
-            return Ok(t);
-        }
-        let lower = d.lower;
-        let children = d.children.clone();
-        let mut entries = self.base_entries(lower)?;
-        for (name, slot) in children {
-            match slot {
-                Slot::Whiteout => {
-                    entries.remove(&name);
-                }
-                Slot::Node(c) => {
-                    let e = self.build_entry(c, name.clone(), built)?;
-                    entries.insert(name, e);
-                }
-            }
-        }
-        let tree = self
-            .store
-            .write_tree(entries.into_values().collect())
-            .map_err(st_err("write a tree"))?;
-        built.dirs.push((ino, tree));
-        Ok(tree)
+            .ok_or_else(|| WsError::Invalid(format!("inode {ino} is not a directory")))?;
+        Ok(if d.dirty { None } else { d.lower })
     }
 
-    fn build_entry(&mut self, ino: u64, name: Vec<u8>, built: &mut Built) -> Result<TreeEntry> {
+    fn build_frame(&self, ino: u64, name: Vec<u8>) -> Result<BuildFrame> {
+        let d = self
+            .node(ino)
+            .map_err(errno_err("commit"))?
+            .dir()
+            .ok_or_else(|| WsError::Invalid(format!("inode {ino} is not a directory")))?;
+        let children = d.children.clone().into_iter().collect();
+        let entries = self.base_entries(d.lower)?;
+        Ok(BuildFrame {
+            ino,
+            name,
+            entries,
+            children,
+            next: 0,
+        })
+    }
+
+    /// Write the trees of directory `root` and of every changed directory
+    /// below it, bottom-up. The walk keeps its own stack of directories
+    /// being rebuilt, so a deep tree costs heap, never call stack.
+    fn build_dir(&mut self, root: u64, built: &mut Built) -> Result<ObjectId> {
+        if let Some(t) = self.clean_tree(root)? {
+            return Ok(t);
+        }
+        let mut stack = vec![self.build_frame(root, Vec::new())?];
+        // Returns when it pops the root.
+        while let Some(top) = stack.last_mut() {
+            if let Some((name, slot)) = top.children.get(top.next).cloned() {
+                top.next += 1;
+                match slot {
+                    Slot::Whiteout => {
+                        top.entries.remove(&name);
+                    }
+                    Slot::Node(c) => {
+                        let is_dir =
+                            self.node(c).map_err(errno_err("commit"))?.kind == NodeKind::Dir;
+                        let tree = if is_dir { self.clean_tree(c)? } else { None };
+                        if is_dir && tree.is_none() {
+                            stack.push(self.build_frame(c, name)?);
+                            continue;
+                        }
+                        let e = self.build_entry(c, name.clone(), tree, built)?;
+                        top.entries.insert(name, e);
+                    }
+                }
+                continue;
+            }
+            let Some(done) = stack.pop() else { break };
+            let tree = self
+                .store
+                .write_tree(done.entries.into_values().collect())
+                .map_err(st_err("write a tree"))?;
+            built.dirs.push((done.ino, tree));
+            let Some(parent) = stack.last_mut() else {
+                return Ok(tree);
+            };
+            let e = self.build_entry(done.ino, done.name.clone(), Some(tree), built)?;
+            parent.entries.insert(done.name, e);
+        }
+        Err(WsError::Invalid(
+            "commit's tree walk lost its root (an internal error)".into(),
+        ))
+    }
+
+    /// The tree entry of node `ino`; `dir_tree` is its tree when it is a
+    /// directory (built by `build_dir`).
+    fn build_entry(
+        &mut self,
+        ino: u64,
+        name: Vec<u8>,
+        dir_tree: Option<ObjectId>,
+        built: &mut Built,
+    ) -> Result<TreeEntry> {
         let n = self.node(ino).map_err(errno_err("commit"))?;
         let (kind, perm, uid, gid, mtime) = (n.kind, n.perm, n.uid, n.gid, n.mtime);
         let xattrs: Vec<_> = n.xattrs.clone().into_iter().collect();
@@ -499,7 +401,12 @@ impl State {
         }
         let data = n.data.clone();
         let (entry_kind, mtime) = match (kind, data) {
-            (NodeKind::Dir, _) => (EntryKind::Dir(self.build_dir(ino, built)?), mtime),
+            (NodeKind::Dir, _) => {
+                let t = dir_tree.ok_or_else(|| {
+                    WsError::Invalid(format!("directory inode {ino} has no tree (an internal error)"))
+                })?;
+                (EntryKind::Dir(t), mtime)
+            }
             (NodeKind::File, Data::Lower(c)) => (EntryKind::File(c), mtime),
             (NodeKind::File, Data::Upper(u)) => {
                 if let Some((c, _, m)) = built.files.get(&ino) {

@@ -18,6 +18,7 @@ mod node;
 mod open;
 mod ops;
 mod state;
+mod status;
 mod workspace;
 
 pub use commit::{Change, ChangeKind, CommitOutcome};

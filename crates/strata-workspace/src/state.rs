@@ -296,26 +296,47 @@ impl State {
 
     /// Write the node's row and make sure every link to it (and the chain of
     /// directories above) is in the journal, so a reopen finds it by path.
+    /// The chain can be as deep as the tree: it is walked with a stack of
+    /// steps, in the order a recursion would take (a parent's row before
+    /// the entry that names its child), never with call stack.
     pub(crate) fn persist(&mut self, ino: u64) -> R<()> {
-        let n = self.node(ino)?;
-        if n.links.is_empty() && ino != ROOT {
-            return Ok(()); // unlinked: reopening must not resurrect it
+        enum Step {
+            Node(u64),
+            /// A parent of a newly journalled node: journal it unless a
+            /// step before this one already did.
+            Parent(u64),
+            Entry(u64, Vec<u8>, u64),
         }
-        let rec = n.record();
-        let links = n.links.clone();
-        let was = n.persisted;
-        self.journal
-            .put_node(ino, &rec)
-            .map_err(|e| eio("journal a node", e))?;
-        self.node_mut(ino)?.persisted = true;
-        if !was {
-            for (p, name) in links {
-                if !self.node(p)?.persisted {
-                    self.persist(p)?;
+        let mut todo = vec![Step::Node(ino)];
+        while let Some(step) = todo.pop() {
+            let ino = match step {
+                Step::Node(i) => i,
+                Step::Parent(p) if self.node(p)?.persisted => continue,
+                Step::Parent(p) => p,
+                Step::Entry(p, name, child) => {
+                    self.journal
+                        .put_entry(p, &name, Some(child))
+                        .map_err(|e| io_errno("journal an entry", e))?;
+                    continue;
                 }
-                self.journal
-                    .put_entry(p, &name, Some(ino))
-                    .map_err(|e| eio("journal an entry", e))?;
+            };
+            let n = self.node(ino)?;
+            if n.links.is_empty() && ino != ROOT {
+                continue; // unlinked: reopening must not resurrect it
+            }
+            let rec = n.record();
+            let links = n.links.clone();
+            let was = n.persisted;
+            self.journal
+                .put_node(ino, &rec)
+                .map_err(|e| io_errno("journal a node", e))?;
+            self.node_mut(ino)?.persisted = true;
+            if !was {
+                // Reversed: the stack pops the first link's steps first.
+                for (p, name) in links.into_iter().rev() {
+                    todo.push(Step::Entry(p, name, ino));
+                    todo.push(Step::Parent(p));
+                }
             }
         }
         Ok(())
