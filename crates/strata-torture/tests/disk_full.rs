@@ -5,7 +5,9 @@
 //! * a Workspace whose scratch directory fills up while programs write:
 //!   the writer gets ENOSPC; every operation that was acknowledged before
 //!   is kept (journal and upper files), survives a reopen and commits;
-//!   after freeing space the same writes succeed;
+//!   the first read of a base file not cached yet gets ENOSPC too (the
+//!   content cache shares the disk); after freeing space the same writes
+//!   and that read succeed;
 //! * a Store on a loop-mounted ext4 (delayed allocation: ENOSPC can come
 //!   late, at write-back, unlike tmpfs) that fills during snapshots and
 //!   commits: a clear error, the branch where it was, fsck clean, and the
@@ -157,23 +159,38 @@ fn workspace_writes_into_a_full_scratch_disk_lose_nothing_acknowledged() {
         }
     }
     // The mount still answers. Reading a base file not read before fills
-    // the content cache, which lives on the same full disk: KNOWN GAP, it
-    // fails (EIO) until space is freed (docs/reliability.md).
+    // the content cache, which lives on the same full disk: the reader gets
+    // ENOSPC, as from a local filesystem (it used to get EIO).
     let read_while_full = std::fs::read(mnt.join("base.txt"));
-    eprintln!("first read of a base file while the scratch disk is full: {read_while_full:?}");
+    match &read_while_full {
+        Err(e) => assert!(
+            is_enospc(e),
+            "the first read of a base file on a full scratch disk got {e}, not ENOSPC"
+        ),
+        Ok(b) => panic!(
+            "a base file not cached yet was read from a full scratch disk ({} bytes): the test no longer fills the disk",
+            b.len()
+        ),
+    }
     assert!(std::fs::metadata(mnt.join("early-00")).is_ok());
     // 3. Deleting from the full Workspace needs a journal record: it may
-    // fail while the disk is full (KNOWN GAP: with EIO rather than ENOSPC,
-    // docs/reliability.md). Space freed outside the Workspace makes it
-    // work, and the same writes succeed again.
+    // fail while the disk is full, with ENOSPC. Space freed outside the
+    // Workspace makes it work, and the same writes succeed again.
     let unlink_while_full = std::fs::remove_file(mnt.join("big.bin"));
     eprintln!("unlink while the scratch disk is full: {unlink_while_full:?}");
+    if let Err(e) = &unlink_while_full {
+        assert!(
+            is_enospc(e),
+            "unlink on a full scratch disk got {e}, not ENOSPC"
+        );
+    }
     std::fs::remove_file(&ballast).unwrap();
     if unlink_while_full.is_err() {
         std::fs::remove_file(mnt.join("big.bin")).expect("unlink after space was freed");
     }
-    std::fs::write(mnt.join("after.txt"), b"space again").unwrap();
+    // The same read, now that there is space: the right bytes.
     assert_eq!(std::fs::read(mnt.join("base.txt")).unwrap(), b"base");
+    std::fs::write(mnt.join("after.txt"), b"space again").unwrap();
     let want = manifest_dir(&mnt);
     h.unmount().unwrap();
     drop(no_fork);

@@ -3,7 +3,7 @@
 //! from the FUSE handlers in `fs.rs`.
 
 use crate::node::{now_ns, Data, Node, NodeKind, Slot, UpperInfo};
-use crate::state::{check_name, eio, io_errno, State, R};
+use crate::state::{check_name, io_errno, ws_errno, State, R};
 use fuser::{Errno, FileAttr, RenameFlags, TimeOrNow};
 use std::fs::{File, FileTimes};
 
@@ -147,7 +147,7 @@ impl State {
             if persisted {
                 self.journal
                     .del_node(ino)
-                    .map_err(|e| eio("journal a removal", e))?;
+                    .map_err(|e| io_errno("journal a removal", e))?;
             }
             self.maybe_reap(ino);
         } else {
@@ -287,7 +287,7 @@ impl State {
         let src = if copy {
             self.cache
                 .ensure(&self.store, &content)
-                .map_err(|e| eio("materialize for copy-up", e))?
+                .map_err(|e| ws_errno("materialize for copy-up", e))?
         } else {
             std::path::PathBuf::new()
         };

@@ -34,6 +34,35 @@ pub(crate) fn eio(what: &str, e: impl std::fmt::Display) -> Errno {
     Errno::EIO
 }
 
+/// Turn a Workspace error into an errno for the kernel. A full disk is
+/// ENOSPC (or EDQUOT), as a local filesystem would say, wherever it struck:
+/// the content cache lives next to the scratch directories, so the first
+/// read of a base file not cached yet needs space too. Anything else is
+/// logged and becomes EIO.
+pub(crate) fn ws_errno(what: &str, e: crate::error::WsError) -> Errno {
+    match disk_full(&e) {
+        Some(code) => Errno::from_i32(code),
+        None => eio(what, e),
+    }
+}
+
+/// The errno of a full disk behind `e`, if that is what `e` is.
+fn disk_full(e: &crate::error::WsError) -> Option<i32> {
+    use crate::error::WsError;
+    use strata_store::StoreError;
+    let io = match e {
+        WsError::Io { source, .. } | WsError::Journal { source, .. } => source,
+        WsError::Store { source, .. } => match &**source {
+            StoreError::Io { source, .. } => source,
+            StoreError::DiskFull { .. } => return Some(libc::ENOSPC),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    io.raw_os_error()
+        .filter(|&c| c == libc::ENOSPC || c == libc::EDQUOT)
+}
+
 pub(crate) fn io_errno(what: &str, e: std::io::Error) -> Errno {
     match e.raw_os_error() {
         Some(code) => {
@@ -407,7 +436,7 @@ impl State {
             Some(Slot::Whiteout) => self.journal.put_entry(dir, name, None),
             None => self.journal.del_entry(dir, name),
         };
-        j.map_err(|e| eio("journal an entry", e))?;
+        j.map_err(|e| io_errno("journal an entry", e))?;
         self.dirty_dir(dir)
     }
 
@@ -451,7 +480,7 @@ impl State {
                 let c = c.clone();
                 self.cache
                     .open(&self.store, &c)
-                    .map_err(|e| eio("open cached content", e))?
+                    .map_err(|e| ws_errno("open cached content", e))?
             }
             _ => return Err(Errno::EINVAL),
         };
@@ -471,11 +500,11 @@ impl State {
     pub(crate) fn tx<T>(&mut self, f: impl FnOnce(&mut State) -> R<T>) -> R<T> {
         self.journal
             .begin()
-            .map_err(|e| eio("begin a journal transaction", e))?;
+            .map_err(|e| io_errno("begin a journal transaction", e))?;
         let r = f(self);
         self.journal
             .end()
-            .map_err(|e| eio("commit a journal transaction", e))?;
+            .map_err(|e| io_errno("commit a journal transaction", e))?;
         r
     }
 }
