@@ -17,6 +17,7 @@ mod killpriv;
 mod node;
 mod open;
 mod ops;
+mod pool;
 mod state;
 mod status;
 mod workspace;

@@ -74,13 +74,8 @@ impl State {
         node.links.push((parent, name.to_vec()));
         let ino = self.alloc(node);
         if is_file {
-            let path = self.upper_path(ino);
-            let f = File::options()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
+            let f = self
+                .new_upper_file(ino)
                 .map_err(|e| io_errno("create an upper file", e));
             match f {
                 Ok(f) => {

@@ -96,6 +96,8 @@ pub(crate) struct State {
     /// Base hard-link group -> the inode that stands for it.
     pub groups: HashMap<u64, u64>,
     pub upper_dir: PathBuf,
+    /// Emptied upper files of deleted nodes, reused by creates (pool.rs).
+    pub pool: crate::pool::FreePool,
     pub cache: ContentCache,
     pub journal: Journal,
     pub handles: HashMap<u64, Handle>,
@@ -456,7 +458,7 @@ impl State {
             self.groups.remove(&group);
         }
         if upper {
-            let _ = std::fs::remove_file(self.upper_path(ino));
+            self.free_upper_file(ino);
         }
     }
 

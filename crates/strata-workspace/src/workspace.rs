@@ -534,6 +534,8 @@ fn new_state(
         next_ino: ROOT + 1,
         groups: HashMap::new(),
         upper_dir: dir.join(UPPER),
+        pool: crate::pool::FreePool::open(dir)
+            .map_err(WsError::io("open the pool of free upper files", dir))?,
         cache: ContentCache::new(cache_dir)?,
         journal,
         handles: HashMap::new(),
