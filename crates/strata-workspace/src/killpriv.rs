@@ -33,8 +33,9 @@
 //!
 //! Passthrough writes never reach the server, so for them:
 //!
-//! - a file with S_ISUID, or S_ISGID and S_IXGRP, is never opened with passthrough
-//!   (`WsFs::new_backing`): its writes come here as WRITE with the flag;
+//! - a file with S_ISUID, or S_ISGID and S_IXGRP, is never opened with
+//!   passthrough (`WsFs::new_backing`): its writes come here as WRITE with
+//!   the flag;
 //! - a file that gains the bits while a passthrough handle is open (chmod
 //!   u+s between open and write; `cp -p` and `install` do fchmod on an open
 //!   file) keeps that backing until its last close, because the kernel
