@@ -3,11 +3,12 @@
 //! one leaf and the path to the root), deltas against the previous version,
 //! and reading any byte range back.
 
+pub(crate) use crate::batch::Batch;
 use crate::chunker::{self, split_runs, PAGE_MAX, PAGE_MIN};
-use crate::error::{Result, SqlCtx, StoreError};
+use crate::error::{Result, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, encode, ContentRef, FileContent, Page, PageEntry};
-use crate::objects::{self, insert, Prepared};
+use crate::objects::{self, Prepared};
 use crate::store::Store;
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -15,18 +16,6 @@ use std::path::Path;
 
 /// Files larger than this are chunked from a stream instead of read whole.
 const STREAM_THRESHOLD: u64 = 64 << 20;
-/// Flush prepared objects to the database every this many bytes.
-const BATCH_BYTES: usize = 32 << 20;
-
-/// Objects waiting to be inserted, flushed in bounded transactions.
-pub(crate) struct Batch<'s> {
-    store: &'s Store,
-    pending: Vec<Prepared>,
-    bytes: usize,
-    pub(crate) new_objects: u64,
-    pub(crate) new_bytes: u64,
-}
-
 /// Where prepared objects go: straight into a `Batch`, or over a channel to
 /// a writer thread (parallel snapshots).
 pub(crate) trait Sink {
@@ -42,46 +31,6 @@ impl Sink for Batch<'_> {
 impl Sink for Vec<Prepared> {
     fn push(&mut self, p: Prepared) -> Result<()> {
         Vec::push(self, p);
-        Ok(())
-    }
-}
-
-impl<'s> Batch<'s> {
-    pub(crate) fn new(store: &'s Store) -> Self {
-        Batch {
-            store,
-            pending: Vec::new(),
-            bytes: 0,
-            new_objects: 0,
-            new_bytes: 0,
-        }
-    }
-
-    pub(crate) fn push(&mut self, p: Prepared) -> Result<()> {
-        self.bytes += p.data.len() + 64;
-        self.pending.push(p);
-        if self.bytes >= BATCH_BYTES || self.pending.len() >= 50_000 {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    pub(crate) fn flush(&mut self) -> Result<()> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.store.writer();
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .ctx("begin writing objects")?;
-        for p in self.pending.drain(..) {
-            if insert(&tx, &p)? {
-                self.new_objects += 1;
-                self.new_bytes += p.data.len() as u64;
-            }
-        }
-        tx.commit().ctx("commit written objects")?;
-        self.bytes = 0;
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! This crate does no FUSE, no namespace and no process work.
 #![forbid(unsafe_code)]
 
+mod batch;
 mod chunker;
 mod diff;
 mod error;
