@@ -17,6 +17,7 @@
 //! can be lost. Every command is waited for by the daemon (no zombie); its
 //! orphans are reaped by the Sandbox's init (PID 1).
 
+use rustix::process::{Pid, Signal};
 use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -296,12 +297,12 @@ impl Exec {
                     Ok(s) => s,
                     Err(_) => {
                         e.inner.lock().unwrap().timed_out = true;
-                        e.signal_group(libc::SIGTERM);
+                        e.signal_group(Signal::TERM);
                         let e2 = e.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep(DEFAULT_GRACE).await;
                             if !e2.is_finished() {
-                                e2.signal_group(libc::SIGKILL);
+                                e2.signal_group(Signal::KILL);
                             }
                         });
                         child.wait().await
@@ -366,7 +367,7 @@ impl Exec {
                 (i.cancelled, i.timed_out)
             };
             if cancelled || timed_out {
-                e.signal_group(libc::SIGKILL);
+                e.signal_group(Signal::KILL);
             }
             *e.stdin.lock().await = None;
             tracing::info!(exec = %e.id, end = ?end, "exec ended");
@@ -382,25 +383,22 @@ impl Exec {
     }
 
     /// `kill(-pgid, sig)`; the pgid is the command's pid.
-    fn signal_group(&self, sig: i32) {
-        if self.pid == 0 {
-            return;
-        }
-        if sig == libc::SIGKILL {
+    fn signal_group(&self, sig: Signal) {
+        let Some(pid) = Pid::from_raw(self.pid as i32) else {
+            return; // not started yet: nothing to signal
+        };
+        if sig == Signal::KILL {
             self.kill_sent.store(true, Ordering::SeqCst);
         }
-        // SAFETY: kill(2) with a negative pid signals a process group; no
-        // memory is involved.
-        let mut r = unsafe { libc::kill(-(self.pid as i32), sig) };
-        if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        let mut r = rustix::process::kill_process_group(pid, sig);
+        if r == Err(rustix::io::Errno::SRCH) {
             // PTY mode, before the helper's setsid made the group: the
             // process itself.
-            // SAFETY: as above, one pid.
-            r = unsafe { libc::kill(self.pid as i32, sig) };
+            r = rustix::process::kill_process(pid, sig);
         }
-        if r != 0 {
+        if let Err(err) = r {
             // The group may be gone already (ESRCH): nothing to do.
-            tracing::debug!(exec = %self.id, sig, err = %std::io::Error::last_os_error(), "kill group");
+            tracing::debug!(exec = %self.id, ?sig, %err, "kill group");
         }
     }
 
@@ -465,13 +463,13 @@ impl Exec {
         }
         self.inner.lock().unwrap().cancelled = true;
         tracing::info!(exec = %self.id, "cancel: SIGTERM to process group {}", self.pid);
-        self.signal_group(libc::SIGTERM);
+        self.signal_group(Signal::TERM);
         let me = self.clone();
         tokio::spawn(async move {
             let st = me.wait(Some(grace)).await;
             if st.state == "running" {
                 tracing::info!(exec = %me.id, "cancel: grace over, SIGKILL");
-                me.signal_group(libc::SIGKILL);
+                me.signal_group(Signal::KILL);
             }
         });
         self.wait(Some(grace + Duration::from_secs(2))).await

@@ -28,6 +28,9 @@
 //! The binary that calls [`run`] must call
 //! `strata_sandbox::maybe_run_internal()` first thing in `main` (it is
 //! re-executed as the exec helper, see [`DaemonConfig::helper_exe`]).
+//!
+//! No unsafe code: signals and fd redirection go through rustix.
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod config;
@@ -36,7 +39,6 @@ pub mod exec;
 mod recover;
 mod server;
 
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -319,11 +321,9 @@ async fn serve(
 /// stdout and stderr (panics included) go to the log file.
 fn redirect_stdio(log: &Path) {
     if let Ok(f) = std::fs::OpenOptions::new().append(true).open(log) {
-        // SAFETY: dup2 on valid fds; replacing fds 1 and 2 is process-wide
-        // and intended.
-        unsafe {
-            libc::dup2(f.as_raw_fd(), 1);
-            libc::dup2(f.as_raw_fd(), 2);
-        }
+        // Replacing fds 1 and 2 is process-wide and intended; a failure
+        // leaves the pipe in place, which only loses log lines.
+        let _ = rustix::stdio::dup2_stdout(&f);
+        let _ = rustix::stdio::dup2_stderr(&f);
     }
 }

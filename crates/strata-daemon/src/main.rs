@@ -1,6 +1,7 @@
 //! `strata-daemon --config PATH` (or `strata-daemon __strata-daemon --config
 //! PATH`): the daemon as a stand-alone program, for tests and for backends
 //! that install it on its own. The `strata` binary runs the same code.
+#![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
     // First, before any thread: this binary is also the exec helper.
