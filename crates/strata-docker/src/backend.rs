@@ -11,8 +11,9 @@ use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
 use strata_sandbox::backend_files::{
-    invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex,
-    read_record, remove_tree, state_err, valid_id, valid_name, write_private, write_record, RECORD,
+    invalid, lock_runs, mkdir_private, new_state_dir, now_unix_ms, random_hex, read_record,
+    refuse_mounts_below, remove_tree, state_err, valid_id, valid_name, write_private, write_record,
+    RECORD,
 };
 use strata_sandbox::{
     Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
@@ -535,18 +536,7 @@ impl Backend for DockerBackend {
         if i.is_some() {
             self.remove_container(&rec)?;
         }
-        let mounts = mounts_below(&dir)?;
-        if !mounts.is_empty() {
-            return Err(BackendError::Step {
-                id: id.clone(),
-                step: "delete",
-                message: format!(
-                    "refusing to remove {}: host mounts below it ({mounts:?}); unmount them first",
-                    dir.display()
-                ),
-                log_tail: String::new(),
-            });
-        }
+        refuse_mounts_below(id, &dir, "unmount them first")?;
         // The Store's mount point first and non-recursively: if the Store
         // were ever there, this fails instead of deleting it.
         let store_mp = dir.join("store");

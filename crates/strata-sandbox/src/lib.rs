@@ -71,7 +71,8 @@ pub mod spec;
 pub mod backend_files {
     pub use crate::native_state::{
         invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex,
-        read_record, state_err, tail, valid_id, valid_name, write_private, write_record, RECORD,
+        read_record, refuse_mounts_below, state_err, tail, valid_id, valid_name, write_private,
+        write_record, RECORD,
     };
     pub use crate::rmtree::remove_tree;
 }

@@ -50,9 +50,9 @@ use crate::backend::{
 use crate::cgroup::Cgroup;
 use crate::mounts::BindMount;
 use crate::native_state::{
-    check_request, invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms,
-    paths, random_hex, read_record, state_err, tail, valid_id, write_private, write_record, ProcId,
-    Record, RECORD,
+    check_request, invalid, lock_exclusive, lock_runs, mkdir_private, new_state_dir, now_unix_ms,
+    paths, random_hex, read_record, refuse_mounts_below, state_err, tail, valid_id, write_private,
+    write_record, ProcId, Record, RECORD,
 };
 use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
 use crate::rmtree::remove_tree;
@@ -164,17 +164,7 @@ impl NativeBackend {
     /// Exclusive lock of the state root, held while a name is checked and
     /// claimed (released when the file is dropped).
     fn lock(&self) -> Result<fs::File, BackendError> {
-        let p = self.root.join(".lock");
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&p)
-            .map_err(state_err("open the lock", &p))?;
-        rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| state_err("lock", &p)(e.into()))?;
-        Ok(f)
+        lock_exclusive(&self.root.join(".lock"))
     }
 
     fn state_of(dir: &Path, rec: &Record) -> State {
@@ -558,18 +548,11 @@ impl Backend for NativeBackend {
             });
         }
         Self::cleanup_cgroup(&rec)?;
-        let mounts = mounts_below(&dir)?;
-        if !mounts.is_empty() {
-            return Err(BackendError::Step {
-                id: id.clone(),
-                step: "delete",
-                message: format!(
-                    "refusing to remove {}: host mounts below it ({mounts:?}); the native backend makes none, unmount them first",
-                    dir.display()
-                ),
-                log_tail: String::new(),
-            });
-        }
+        refuse_mounts_below(
+            id,
+            &dir,
+            "the native backend makes none, unmount them first",
+        )?;
         // The Store's mount point first and non-recursively: if a Store
         // were ever there, this fails instead of deleting it.
         match fs::remove_dir(&rec.daemon.store) {

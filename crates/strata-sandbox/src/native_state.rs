@@ -182,16 +182,21 @@ pub fn write_record<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendErro
 /// when the file is dropped (or the holder dies); the monitor does not
 /// inherit it (opened close-on-exec).
 pub fn lock_runs(dir: &Path) -> Result<fs::File, BackendError> {
-    let p = dir.join("run.lock");
+    lock_exclusive(&dir.join("run.lock"))
+}
+
+/// Open (creating it 0600) and flock `p` exclusively; released when the
+/// returned file is dropped or its holder dies.
+pub fn lock_exclusive(p: &Path) -> Result<fs::File, BackendError> {
     let f = fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .open(&p)
-        .map_err(state_err("open the run lock", &p))?;
+        .open(p)
+        .map_err(state_err("open the lock", p))?;
     rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| state_err("lock", &p)(e.into()))?;
+        .map_err(|e| state_err("lock", p)(e.into()))?;
     Ok(f)
 }
 
@@ -272,6 +277,24 @@ pub fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
         .map(crate::mounts::unescape_mountinfo)
         .filter(|m| m.starts_with(dir))
         .collect())
+}
+
+/// Refuse to delete `dir` (Sandbox `id`'s state directory) while anything is
+/// mounted below it ([`mounts_below`]); `hint` ends the message.
+pub fn refuse_mounts_below(id: &SandboxId, dir: &Path, hint: &str) -> Result<(), BackendError> {
+    let mounts = mounts_below(dir)?;
+    if mounts.is_empty() {
+        return Ok(());
+    }
+    Err(BackendError::Step {
+        id: id.clone(),
+        step: "delete",
+        message: format!(
+            "refusing to remove {}: host mounts below it ({mounts:?}); {hint}",
+            dir.display()
+        ),
+        log_tail: String::new(),
+    })
 }
 
 pub fn now_unix_ms() -> u64 {

@@ -100,9 +100,17 @@ fn spec(store: &Store) -> SandboxSpec {
 }
 
 async fn store_with_project(dir: &Path) -> Store {
+    store_with_project_and(dir, &[]).await
+}
+
+/// [`store_with_project`] whose base also holds `extra` files.
+async fn store_with_project_and(dir: &Path, extra: &[(&str, &[u8])]) -> Store {
     let src = dir.join("src");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), b"base\n").unwrap();
+    for (name, bytes) in extra {
+        std::fs::write(src.join(name), bytes).unwrap();
+    }
     // Writable by the commands' uid (1500), like the Workspace root.
     std::fs::set_permissions(
         src.join("f"),
@@ -629,17 +637,7 @@ async fn fork_bomb_and_memory_hog_hit_their_limits(dir: &Path, _full: bool) {
 async fn killed_daemon_restarts_with_its_workspace_and_commits(dir: &Path, _full: bool) {
     // The base: `f` (writable by the commands' uid) to modify, `gone` to
     // delete.
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("f"), b"base\n").unwrap();
-    std::fs::write(src.join("gone"), b"to be deleted\n").unwrap();
-    std::fs::set_permissions(
-        src.join("f"),
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666),
-    )
-    .unwrap();
-    let store = Store::create(dir.join("store")).await.unwrap();
-    store.create_project_from("p", &src).await.unwrap();
+    let store = store_with_project_and(dir, &[("gone", b"to be deleted\n")]).await;
     let mut sb = Sandbox::create(spec(&store)).await.unwrap();
     let ws = sb.mount("p/main", None).await.unwrap();
     let o = ws
