@@ -3,7 +3,7 @@
 //! scripts/fsx.sh.
 //!
 //! usage: mount STORE_DIR PROJECT/BRANCH MOUNTPOINT [--allow-other]
-//!        [--no-passthrough] [--scratch DIR] [--commit-on-exit MSG]
+//!        [--no-passthrough] [--threads N] [--scratch DIR] [--commit-on-exit MSG]
 //!
 //! Creates the Store and the project if they do not exist. Prints
 //! `workspace <ID> mounted at <MOUNTPOINT>` once the mount is live.
@@ -14,7 +14,7 @@ use strata_workspace::{MountOptions, Workspace, WorkspaceOptions};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: mount STORE_DIR PROJECT/BRANCH MOUNTPOINT [--allow-other] [--no-passthrough] [--scratch DIR] [--commit-on-exit MSG]";
+    let usage = "usage: mount STORE_DIR PROJECT/BRANCH MOUNTPOINT [--allow-other] [--no-passthrough] [--threads N] [--scratch DIR] [--commit-on-exit MSG]";
     let store_dir = PathBuf::from(args.next().ok_or(usage)?);
     let branch = args.next().ok_or(usage)?;
     let mountpoint = PathBuf::from(args.next().ok_or(usage)?);
@@ -25,6 +25,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match a.as_str() {
             "--allow-other" => opts.allow_other = true,
             "--no-passthrough" => opts.passthrough = false,
+            "--threads" => opts.threads = args.next().ok_or(usage)?.parse()?,
             "--scratch" => scratch = Some(PathBuf::from(args.next().ok_or(usage)?)),
             "--commit-on-exit" => commit_msg = Some(args.next().ok_or(usage)?),
             _ => return Err(format!("unknown argument {a:?}; {usage}").into()),

@@ -66,12 +66,20 @@ impl WsFs {
         mut reply: ReplyDirectoryPlus,
     ) {
         let mut st = self.st();
-        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+        if !matches!(st.handles.get(&fh.0), Some(Handle::Dir { .. })) {
             return reply.error(Errno::EBADF);
-        };
-        let entries: Vec<_> = entries.iter().skip(offset as usize).cloned().collect();
-        for (i, (ino, _, name)) in entries.into_iter().enumerate() {
-            let off = offset + i as u64 + 1;
+        }
+        // One entry cloned at a time (attr() needs the state mutably): a
+        // reply holds a few dozen entries, and cloning the whole rest of a
+        // large listing for each one made listing it quadratic.
+        for i in offset as usize.. {
+            let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+                break;
+            };
+            let Some((ino, _, name)) = entries.get(i).cloned() else {
+                break;
+            };
+            let off = i as u64 + 1;
             let dot = name == b"." || name == b"..";
             // A node gone since opendir is skipped: its name is gone too.
             let Ok(attr) = st.attr(ino) else { continue };

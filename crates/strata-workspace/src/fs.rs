@@ -57,7 +57,7 @@ impl WsFs {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn owner(&self, st: &State, req: &Request) -> NewOwner {
+    pub(crate) fn owner(&self, st: &State, req: &Request) -> NewOwner {
         NewOwner {
             uid: st.ids.inbound_uid(req.uid()),
             gid: st.ids.inbound_gid(req.gid()),
@@ -82,7 +82,14 @@ impl WsFs {
     ) -> R<(u64, fuser::FileAttr)> {
         let mut st = self.st();
         let owner = self.owner(&st, req);
-        st.tx(|s| s.do_create(parent.0, name_bytes(name), kind, mode, owner, data))
+        let r = st.tx(|s| s.do_create(parent.0, name_bytes(name), kind, mode, owner, data));
+        if let Ok((ino, _)) = &r {
+            // mknod(S_IFREG) opens nothing: keep no descriptor for it.
+            if let Ok(n) = st.node_mut(*ino) {
+                n.file = None;
+            }
+        }
+        r
     }
 }
 

@@ -2,7 +2,7 @@
 //! (the kernel reads and writes the backing file itself) and serving the
 //! bytes in the daemon.
 
-use crate::fs::{new_file_data, WsFs, TTL};
+use crate::fs::{name_bytes, new_file_data, WsFs, TTL};
 use crate::killpriv::{has_privs, may_keep_privs};
 use crate::node::{Backing, Data, NodeKind};
 use crate::state::{Handle, State, R};
@@ -165,12 +165,24 @@ impl WsFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.new_node(req, parent, name, NodeKind::File, mode, new_file_data());
+        // One hold of the lock for the whole request: the node, its upper
+        // file (left open by do_create) and the handle.
+        let mut st = self.st();
+        let owner = self.owner(&st, req);
+        let r = st.tx(|s| {
+            s.do_create(
+                parent.0,
+                name_bytes(name),
+                NodeKind::File,
+                mode,
+                owner,
+                new_file_data(),
+            )
+        });
         let (ino, attr) = match r {
             Ok(x) => x,
             Err(e) => return reply.error(e),
         };
-        let mut st = self.st();
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let fh = st.new_fh(Handle::File { ino, write });
         if let Ok(n) = st.node_mut(ino) {

@@ -44,7 +44,8 @@ impl State {
     }
 
     /// Create a node named `name` in `parent`; the caller's `lookups` share
-    /// is counted (the reply is an entry).
+    /// is counted (the reply is an entry). A regular file's new upper file
+    /// is left open in `file` (CREATE opens it at once; mknod drops it).
     pub(crate) fn do_create(
         &mut self,
         parent: u64,
@@ -84,6 +85,9 @@ impl State {
                             .set_accessed(crate::node::to_system_time(now))
                             .set_modified(crate::node::to_system_time(now)),
                     );
+                    // Kept: attr() takes fstat of it instead of a stat by
+                    // path, and CREATE's handle needs it open anyway.
+                    self.node_mut(ino)?.file = Some(std::sync::Arc::new(f));
                 }
                 Err(e) => {
                     self.nodes.remove(&ino);
