@@ -511,6 +511,9 @@ impl State {
             .filter(|(_, n)| matches!(n.data, Data::Upper(_)) && !n.links.is_empty())
             .map(|(i, _)| *i)
             .collect();
+        // Hashed by path without the lock: a number reused meanwhile would
+        // lend its old file's hash to a new file (pool.rs).
+        self.pool.hashing = true;
         let mut out = Vec::new();
         for ino in uppers {
             if self.upper_changed(ino)? {
@@ -524,6 +527,9 @@ impl State {
     }
 
     pub(crate) fn commit(&mut self, message: &str, pre: Prehashed) -> Result<CommitOutcome> {
+        // The hashes were taken by inode number; numbers may be reused
+        // again from here on, under the lock (pool.rs).
+        self.pool.hashing = false;
         if self.status()?.is_empty() {
             return Ok(CommitOutcome::UpToDate);
         }

@@ -61,6 +61,7 @@ impl WsFs {
     /// is counted here as one too, or FORGET would drop the node early.
     pub(crate) fn do_readdirplus(
         &self,
+        dir: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
@@ -81,7 +82,15 @@ impl WsFs {
             };
             let off = i as u64 + 1;
             let dot = name == b"." || name == b"..";
-            // A node gone since opendir is skipped: its name is gone too.
+            // A name gone since opendir is skipped: its node may be gone
+            // too, or its number reused by a new file (pool.rs), which must
+            // not appear under the old name.
+            let linked = st
+                .node(ino)
+                .is_ok_and(|n| dot || n.links.iter().any(|l| l.0 == dir.0 && l.1 == name));
+            if !linked {
+                continue;
+            }
             let Ok(attr) = st.attr(ino) else { continue };
             if reply.add(
                 INodeNo(ino),

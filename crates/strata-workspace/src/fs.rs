@@ -136,7 +136,13 @@ impl Filesystem for WsFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.st().attr(ino.0) {
+        // Replies are sent after the lock is released (here and in the
+        // other frequent requests): the client's next request arrives as
+        // soon as the reply is written, on another session thread, which
+        // would otherwise find the lock held and sleep on it (a futex wait
+        // and wake-up per request in a profile of create+stat+unlink).
+        let r = self.st().attr(ino.0);
+        match r {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }
@@ -231,20 +237,20 @@ impl Filesystem for WsFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
+        let r = self
             .st()
-            .tx(|s| s.do_remove(parent.0, name_bytes(name), false))
-        {
+            .tx(|s| s.do_remove(parent.0, name_bytes(name), false));
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self
+        let r = self
             .st()
-            .tx(|s| s.do_remove(parent.0, name_bytes(name), true))
-        {
+            .tx(|s| s.do_remove(parent.0, name_bytes(name), true));
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -301,10 +307,10 @@ impl Filesystem for WsFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        match self
+        let r = self
             .st()
-            .tx(|s| s.do_link(ino.0, newparent.0, name_bytes(newname)))
-        {
+            .tx(|s| s.do_link(ino.0, newparent.0, name_bytes(newname)));
+        match r {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -495,12 +501,12 @@ impl Filesystem for WsFs {
     fn readdirplus(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.do_readdirplus(fh, offset, reply);
+        self.do_readdirplus(ino, fh, offset, reply);
     }
 
     fn releasedir(
@@ -569,8 +575,7 @@ impl Filesystem for WsFs {
             self.inval_attr(ino);
             return;
         }
-        let st = self.st();
-        let v = match st.node(ino.0) {
+        let v = match self.st().node(ino.0) {
             Ok(n) => n.xattrs.get(name_bytes(name)).cloned(),
             Err(e) => return reply.error(e),
         };

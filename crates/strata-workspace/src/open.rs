@@ -140,15 +140,22 @@ impl WsFs {
             }
             self.open_reply(&mut st, ino.0, write)
         })();
+        let r = r.map(|(fh, id)| match id {
+            Some(id) => (fh, Some(id)),
+            None => (
+                fh,
+                self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)),
+            ),
+        });
+        // Replied without the lock (see getattr).
+        drop(st);
         match r {
             Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
-            Ok((fh, None)) => match self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
-                None => reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE),
-            },
+            Ok((fh, None)) => {
+                reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE)
+            }
             Err(e) => reply.error(e),
         }
-        drop(st);
         if killed {
             // After an atomic O_TRUNC open the kernel invalidates only size
             // and times (fuse_finish_open()), not the mode.
@@ -188,7 +195,10 @@ impl WsFs {
         if let Ok(n) = st.node_mut(ino) {
             n.opens += 1;
         }
-        match self.new_backing(&mut st, ino, |f| reply.open_backing(f)) {
+        let backing = self.new_backing(&mut st, ino, |f| reply.open_backing(f));
+        // Replied without the lock (see getattr).
+        drop(st);
+        match backing {
             Some(id) => reply.created_passthrough(
                 &TTL,
                 &attr,

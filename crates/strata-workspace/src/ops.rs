@@ -73,28 +73,25 @@ impl State {
         let is_file = kind == NodeKind::File;
         let mut node = Node::new(kind, perm, owner.uid, gid, now, data);
         node.links.push((parent, name.to_vec()));
-        let ino = self.alloc(node);
-        if is_file {
+        let ino = if is_file {
+            // A freed number comes with its (empty) upper file (pool.rs).
+            let (ino, reused) = self.alloc_file_ino();
             let f = self
-                .new_upper_file(ino)
-                .map_err(|e| io_errno("create an upper file", e));
-            match f {
-                Ok(f) => {
-                    let _ = f.set_times(
-                        FileTimes::new()
-                            .set_accessed(crate::node::to_system_time(now))
-                            .set_modified(crate::node::to_system_time(now)),
-                    );
-                    // Kept: attr() takes fstat of it instead of a stat by
-                    // path, and CREATE's handle needs it open anyway.
-                    self.node_mut(ino)?.file = Some(std::sync::Arc::new(f));
-                }
-                Err(e) => {
-                    self.nodes.remove(&ino);
-                    return Err(e);
-                }
-            }
-        }
+                .new_upper_file(ino, reused)
+                .map_err(|e| io_errno("create an upper file", e))?;
+            let _ = f.set_times(
+                FileTimes::new()
+                    .set_accessed(crate::node::to_system_time(now))
+                    .set_modified(crate::node::to_system_time(now)),
+            );
+            // Kept: attr() takes fstat of it instead of a stat by path, and
+            // CREATE's handle needs it open anyway.
+            node.file = Some(std::sync::Arc::new(f));
+            self.nodes.insert(ino, node);
+            ino
+        } else {
+            self.alloc(node)
+        };
         self.persist(ino)?;
         self.set_slot(parent, name, Some(Slot::Node(ino)))?;
         self.touch_dir(parent, now)?;

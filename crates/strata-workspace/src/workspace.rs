@@ -249,19 +249,18 @@ impl Workspace {
                 state.pending_groups.insert(n.link_group);
             }
         }
-        // Upper files of nodes that were unlinked while open when the server
-        // died are garbage now.
+        // Upper files of inodes the journal does not know: deleted files
+        // (pooled, or unlinked while open when the server died). Emptied
+        // and pooled for reuse (pool.rs); anything else there is garbage.
         let upper = dir.join(UPPER);
         if let Ok(rd) = std::fs::read_dir(&upper) {
             for e in rd.flatten() {
-                let keep = e
-                    .file_name()
-                    .to_str()
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .map(|i| state.nodes.contains_key(&i))
-                    .unwrap_or(false);
-                if !keep {
-                    let _ = std::fs::remove_file(e.path());
+                match e.file_name().to_str().and_then(|s| s.parse::<u64>().ok()) {
+                    Some(i) if state.nodes.contains_key(&i) => {}
+                    Some(i) if i > ROOT => state.adopt_upper_file(i),
+                    _ => {
+                        let _ = std::fs::remove_file(e.path());
+                    }
                 }
             }
         }
@@ -355,9 +354,20 @@ impl Workspace {
             .unwrap_or_else(|p| p.into_inner());
         let (store, files) = {
             let mut st = self.st();
-            (st.store.clone(), st.files_to_hash()?)
+            let files = st.files_to_hash();
+            if files.is_err() {
+                st.pool.hashing = false;
+            }
+            (st.store.clone(), files?)
         };
-        let pre = crate::commit::prehash(&store, files)?;
+        let pre = match crate::commit::prehash(&store, files) {
+            Ok(pre) => pre,
+            Err(e) => {
+                // Inode numbers may be reused again (pool.rs).
+                self.st().pool.hashing = false;
+                return Err(e);
+            }
+        };
         self.st().commit(message, pre)
     }
 

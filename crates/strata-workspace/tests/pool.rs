@@ -1,7 +1,7 @@
-//! Upper files of deleted files are kept, emptied, in `free/` and reused by
-//! later creates (src/pool.rs): a reused file starts empty and holds only
-//! what its new owner wrote, in the mount and in the Store, and a reopened
-//! Workspace adopts the pool.
+//! Upper files of deleted files are emptied and kept, and later creates
+//! take their inode numbers with them (src/pool.rs): a reused file starts
+//! empty and holds only what its new owner wrote, in the mount and in the
+//! Store, and a reopened Workspace adopts the pool.
 
 mod common;
 
@@ -9,18 +9,25 @@ use common::*;
 use std::time::{Duration, Instant};
 use strata_workspace::{Workspace, WorkspaceOptions};
 
-fn pool_len(ws: &Workspace) -> usize {
-    std::fs::read_dir(ws.dir().join("free")).unwrap().count()
+fn upper(ws: &Workspace) -> Vec<std::fs::Metadata> {
+    std::fs::read_dir(ws.dir().join("upper"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .collect()
+}
+
+fn empty_files(ws: &Workspace) -> usize {
+    upper(ws).iter().filter(|m| m.len() == 0).count()
 }
 
 /// The kernel forgets an unlinked inode and releases its handles
-/// asynchronously: wait (bounded) until the pool holds `n` files.
-fn wait_pool(ws: &Workspace, n: usize) {
+/// asynchronously: wait (bounded) until `n` upper files are empty.
+fn wait_empty(ws: &Workspace, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while pool_len(ws) != n && Instant::now() < deadline {
+    while empty_files(ws) != n && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(pool_len(ws), n, "files in the pool");
+    assert_eq!(empty_files(ws), n, "empty upper files");
 }
 
 #[test]
@@ -34,7 +41,8 @@ fn deleted_upper_files_are_reused_empty() {
     for i in 0..20 {
         std::fs::remove_file(fx.p(&format!("old{i}"))).unwrap();
     }
-    wait_pool(&ws, 20);
+    wait_empty(&ws, 20);
+    assert_eq!(upper(&ws).len(), 20, "deleted files' upper files are kept");
     // Created without a write: must read empty, not as an old file.
     for i in 0..10 {
         std::fs::File::create(fx.p(&format!("empty{i}"))).unwrap();
@@ -42,7 +50,7 @@ fn deleted_upper_files_are_reused_empty() {
     for i in 0..10 {
         std::fs::write(fx.p(&format!("new{i}")), format!("new {i}")).unwrap();
     }
-    assert_eq!(pool_len(&ws), 0, "creates take from the pool");
+    assert_eq!(upper(&ws).len(), 20, "creates reuse the kept files");
     for i in 0..10 {
         assert_eq!(std::fs::read(fx.p(&format!("empty{i}"))).unwrap(), b"");
         assert_eq!(
@@ -51,7 +59,7 @@ fn deleted_upper_files_are_reused_empty() {
         );
     }
     std::fs::remove_file(fx.p("new9")).unwrap();
-    wait_pool(&ws, 1);
+    wait_empty(&ws, 11);
     ws.commit("reused").unwrap();
     h.unmount().unwrap();
     assert_eq!(fx.bytes(b"empty3"), b"");
@@ -63,12 +71,14 @@ fn deleted_upper_files_are_reused_empty() {
     let id = ws.id().to_string();
     drop(ws);
     let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
-    assert_eq!(pool_len(&ws), 1);
+    assert_eq!(upper(&ws).len(), 20);
     let h = fx.mount(&ws, true);
     std::fs::write(fx.p("after"), b"after reopen").unwrap();
-    assert_eq!(pool_len(&ws), 0);
+    assert_eq!(upper(&ws).len(), 20, "a create after reopen reuses a file");
     assert_eq!(std::fs::read(fx.p("after")).unwrap(), b"after reopen");
+    assert_eq!(std::fs::read(fx.p("new3")).unwrap(), b"new 3");
     ws.commit("after reopen").unwrap();
     h.unmount().unwrap();
     assert_eq!(fx.bytes(b"after"), b"after reopen");
+    assert_eq!(fx.bytes(b"new3"), b"new 3");
 }
