@@ -2,19 +2,41 @@
 
 use crate::error::{Result, StoreError};
 use std::ffi::OsStr;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// The `user.` extended attributes of `path` (not following symlinks), sorted.
-pub(crate) fn read_user_xattrs(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+/// Where to read extended attributes from: a path (not following a
+/// symlink), or a file the caller has open, which spares a path walk per
+/// file (the closure then names it in errors, built only on an error).
+#[derive(Clone, Copy)]
+pub(crate) enum XattrSource<'a> {
+    Path(&'a Path),
+    Fd(BorrowedFd<'a>, &'a dyn Fn() -> PathBuf),
+}
+
+/// The `user.` extended attributes of `src`, sorted.
+pub(crate) fn read_user_xattrs(src: XattrSource<'_>) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let list = |buf: &mut [u8]| match src {
+        XattrSource::Path(p) => rustix::fs::llistxattr(p, buf),
+        XattrSource::Fd(fd, _) => rustix::fs::flistxattr(fd, buf),
+    };
+    let get = |name: &OsStr, buf: &mut [u8]| match src {
+        XattrSource::Path(p) => rustix::fs::lgetxattr(p, name, buf),
+        XattrSource::Fd(fd, _) => rustix::fs::fgetxattr(fd, name, buf),
+    };
+    let name_it = || match src {
+        XattrSource::Path(p) => p.to_path_buf(),
+        XattrSource::Fd(_, name_it) => name_it(),
+    };
     let mut names = vec![0u8; 1024];
     let n = loop {
-        match rustix::fs::llistxattr(path, &mut names) {
+        match list(&mut names) {
             Ok(n) => break n,
             Err(rustix::io::Errno::RANGE) => names.resize(names.len() * 4, 0),
             // Filesystems without xattr support have none to preserve.
             Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
-            Err(e) => return Err(StoreError::io("list xattrs of", path, e.into())),
+            Err(e) => return Err(StoreError::io("list xattrs of", name_it(), e.into())),
         }
     };
     let mut out = Vec::new();
@@ -25,11 +47,11 @@ pub(crate) fn read_user_xattrs(path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         let cname = OsStr::from_bytes(name);
         let mut val = vec![0u8; 256];
         let len = loop {
-            match rustix::fs::lgetxattr(path, cname, &mut val) {
+            match get(cname, &mut val) {
                 Ok(l) => break l,
                 Err(rustix::io::Errno::RANGE) => val.resize(val.len() * 4, 0),
                 Err(rustix::io::Errno::NODATA) => break usize::MAX,
-                Err(e) => return Err(StoreError::io("read xattr of", path, e.into())),
+                Err(e) => return Err(StoreError::io("read xattr of", name_it(), e.into())),
             }
         };
         if len != usize::MAX {
