@@ -19,7 +19,6 @@ use crate::trees::build_tree;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxFlags};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -409,14 +408,23 @@ fn read_file(at: &At<'_>, size: u64, buf: &mut Vec<u8>) -> Result<Vec<(Vec<u8>, 
     let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::NONBLOCK;
     let fd = rustix::fs::openat(at.dirfd, at.name, flags | OFlags::CLOEXEC, Mode::empty())
         .map_err(|e| StoreError::io("open", at.path(), e.into()))?;
-    let mut f = std::fs::File::from(fd);
     buf.clear();
     // One more byte than the size, so a file that has not grown is read in
-    // one call and its end seen in the next.
+    // one call and its end seen in the next. Not `File::read_to_end`: it
+    // asks for the size and position again (fstat, lseek) on every file.
     buf.reserve(usize::try_from(size).unwrap_or(0).saturating_add(1));
-    f.read_to_end(buf)
-        .map_err(|e| StoreError::io("read", at.path(), e))?;
-    read_user_xattrs(XattrSource::Fd(f.as_fd(), &|| at.path()))
+    loop {
+        if buf.len() == buf.capacity() {
+            buf.reserve(buf.capacity().max(8192));
+        }
+        match rustix::io::read(&fd, rustix::buffer::spare_capacity(buf)) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(StoreError::io("read", at.path(), e.into())),
+        }
+    }
+    read_user_xattrs(XattrSource::Fd(fd.as_fd(), &|| at.path()))
 }
 
 fn scan_entry(
@@ -523,60 +531,98 @@ fn send(tx: &SyncSender<Vec<Prepared>>, objects: Vec<Prepared>) -> Result<()> {
 }
 
 /// Assign hard-link groups in name order, depth first (deterministic: the
-/// same tree gets the same ids, as it did when this walk recursed), and
-/// build tree nodes bottom-up. The walk keeps its own stack of (directory,
-/// next entry), so its depth costs heap, not call stack.
+/// same tree gets the same ids, as it did when this walk recursed), then
+/// build the tree nodes bottom-up. The first walk keeps its own stack of
+/// (directory, next entry), so its depth costs heap, not call stack.
 fn assign_and_build(
     mut dirs: Vec<DirScan>,
     report: &mut SnapshotReport,
     tx: &SyncSender<Vec<Prepared>>,
 ) -> Result<ObjectId> {
-    for d in &mut dirs {
-        d.items.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
-    }
+    use rayon::prelude::*;
+    dirs.par_iter_mut()
+        .for_each(|d| d.items.sort_by(|a, b| a.entry.name.cmp(&b.entry.name)));
     let mut groups: HashMap<(u64, u64), u64> = HashMap::new();
+    // (directory, its parent directory and index in the parent's items), in
+    // the order the walk enters them: every directory after its parent.
+    let mut order: Vec<(usize, Option<(usize, usize)>)> = vec![(0, None)];
     let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
     while let Some(&(d, i)) = stack.last() {
-        if let Some(it) = dirs[d].items.get_mut(i) {
-            stack.last_mut().expect("not empty").1 += 1;
-            if let Some(child) = it.dir {
-                // Its kind is set once the subdirectory's tree is built.
-                stack.push((child, 0));
-                continue;
-            }
-            match &it.entry.kind {
-                EntryKind::File(c) => {
-                    report.files += 1;
-                    if let Some(ino) = it.inode {
-                        let next = groups.len() as u64 + 1;
-                        let g = *groups.entry(ino).or_insert(next);
-                        if g == next {
-                            report.bytes += c.size;
-                        }
-                        it.entry.link_group = g;
-                    } else {
-                        report.bytes += c.size;
-                    }
-                }
-                EntryKind::Symlink(_) => report.symlinks += 1,
-                _ => {}
-            }
+        let Some(it) = dirs[d].items.get_mut(i) else {
+            stack.pop();
+            continue;
+        };
+        stack.last_mut().expect("not empty").1 += 1;
+        if let Some(child) = it.dir {
+            // Its kind is set once the subdirectory's tree is built.
+            report.dirs += 1;
+            order.push((child, Some((d, i))));
+            stack.push((child, 0));
             continue;
         }
-        let entries = std::mem::take(&mut dirs[d].items)
-            .into_iter()
-            .map(|it| it.entry)
-            .collect();
-        let (id, nodes) = build_tree(entries)?;
-        send(tx, nodes)?;
-        stack.pop();
-        match stack.last() {
-            Some(&(parent, next)) => {
-                dirs[parent].items[next - 1].entry.kind = EntryKind::Dir(id);
-                report.dirs += 1;
+        match &it.entry.kind {
+            EntryKind::File(c) => {
+                report.files += 1;
+                if let Some(ino) = it.inode {
+                    let next = groups.len() as u64 + 1;
+                    let g = *groups.entry(ino).or_insert(next);
+                    if g == next {
+                        report.bytes += c.size;
+                    }
+                    it.entry.link_group = g;
+                } else {
+                    report.bytes += c.size;
+                }
             }
-            None => return Ok(id),
+            EntryKind::Symlink(_) => report.symlinks += 1,
+            _ => {}
         }
     }
-    unreachable!("the walk returns when it pops the root")
+    // Bottom-up by depth, each level's trees built in parallel (hashing and
+    // compressing them was a serial tail after the scan). A directory's
+    // children are one level deeper, so they are built before it.
+    let mut depth = vec![0usize; dirs.len()];
+    let mut levels: Vec<Vec<(usize, Option<(usize, usize)>)>> = Vec::new();
+    for &(d, parent) in &order {
+        let k = parent.map_or(0, |(p, _)| depth[p] + 1);
+        depth[d] = k;
+        if levels.len() <= k {
+            levels.push(Vec::new());
+        }
+        levels[k].push((d, parent));
+    }
+    let mut slots: Vec<Option<Vec<TreeEntry>>> = dirs
+        .iter_mut()
+        .map(|d| {
+            let items = std::mem::take(&mut d.items);
+            Some(items.into_iter().map(|it| it.entry).collect())
+        })
+        .collect();
+    while let Some(level) = levels.pop() {
+        let work: Vec<_> = level
+            .iter()
+            .map(|&(d, parent)| (slots[d].take().unwrap_or_default(), parent))
+            .collect();
+        let built: Vec<Result<(ObjectId, Option<(usize, usize)>)>> = work
+            .into_par_iter()
+            .map(|(entries, parent)| {
+                let (id, nodes) = build_tree(entries)?;
+                send(tx, nodes)?;
+                Ok((id, parent))
+            })
+            .collect();
+        for b in built {
+            let (id, parent) = b?;
+            match parent {
+                Some((p, i)) => {
+                    let entries = slots[p]
+                        .as_mut()
+                        .expect("a parent is built after its children");
+                    entries[i].kind = EntryKind::Dir(id);
+                }
+                None => return Ok(id),
+            }
+        }
+    }
+    unreachable!("the root is the last level's only directory")
 }
