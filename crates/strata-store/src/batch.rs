@@ -148,7 +148,7 @@ fn insert_batch(store: &Store, mut batch: Vec<Prepared>) -> Result<Counts> {
     // In id order, each insert into the id index lands next to the last one
     // (ids are hashes: in arrival order every insert searched and dirtied a
     // random index page).
-    batch.sort_unstable_by(|a, b| a.id.cmp(&b.id));
+    batch.sort_unstable_by_key(|p| p.id);
     let mut conn = store.writer();
     let tx = conn
         .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)

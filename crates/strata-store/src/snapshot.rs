@@ -530,6 +530,10 @@ fn send(tx: &SyncSender<Vec<Prepared>>, objects: Vec<Prepared>) -> Result<()> {
         .map_err(|_| StoreError::Invalid("the object writer stopped early".into()))
 }
 
+/// Where a directory sits in its parent: (parent, index in its items);
+/// None for the root.
+type Parent = Option<(usize, usize)>;
+
 /// Assign hard-link groups in name order, depth first (deterministic: the
 /// same tree gets the same ids, as it did when this walk recursed), then
 /// build the tree nodes bottom-up. The first walk keeps its own stack of
@@ -545,7 +549,7 @@ fn assign_and_build(
     let mut groups: HashMap<(u64, u64), u64> = HashMap::new();
     // (directory, its parent directory and index in the parent's items), in
     // the order the walk enters them: every directory after its parent.
-    let mut order: Vec<(usize, Option<(usize, usize)>)> = vec![(0, None)];
+    let mut order: Vec<(usize, Parent)> = vec![(0, None)];
     let mut stack: Vec<(usize, usize)> = vec![(0, 0)];
     while let Some(&(d, i)) = stack.last() {
         let Some(it) = dirs[d].items.get_mut(i) else {
@@ -582,7 +586,7 @@ fn assign_and_build(
     // compressing them was a serial tail after the scan). A directory's
     // children are one level deeper, so they are built before it.
     let mut depth = vec![0usize; dirs.len()];
-    let mut levels: Vec<Vec<(usize, Option<(usize, usize)>)>> = Vec::new();
+    let mut levels: Vec<Vec<(usize, Parent)>> = Vec::new();
     for &(d, parent) in &order {
         let k = parent.map_or(0, |(p, _)| depth[p] + 1);
         depth[d] = k;
@@ -603,7 +607,7 @@ fn assign_and_build(
             .iter()
             .map(|&(d, parent)| (slots[d].take().unwrap_or_default(), parent))
             .collect();
-        let built: Vec<Result<(ObjectId, Option<(usize, usize)>)>> = work
+        let built: Vec<Result<(ObjectId, Parent)>> = work
             .into_par_iter()
             .map(|(entries, parent)| {
                 let (id, nodes) = build_tree(entries)?;
