@@ -250,6 +250,57 @@ fn fsck_catches_a_flipped_byte() {
     );
 }
 
+/// Full objects are compressed at a fast (negative) zstd level since the
+/// import work; Stores written before hold level-1 frames. Both are plain
+/// zstd frames (enc 1): a chunk rewritten the old way reads back and
+/// passes fsck, and text still compresses.
+#[test]
+fn chunks_compressed_at_the_old_level_still_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    store.create_project("p", "init").unwrap();
+    let text: Vec<u8> = (0..300)
+        .flat_map(|i| format!("let v{i} = compute({}, \"{:x}\");\n", i * 7, i * 13).into_bytes())
+        .collect();
+    let text = text[..3000].to_vec();
+    let c = store.write_file_bytes(&text, None).unwrap();
+    let t = store.write_tree(vec![file_entry("f.rs", c)]).unwrap();
+    let b = BranchRef::parse("p/main").unwrap();
+    let head = store.branch_head(&b).unwrap();
+    store
+        .commit_tree(&b, head, t, "f", BTreeMap::new())
+        .unwrap();
+    drop(store);
+    let db = rusqlite::Connection::open(tmp.path().join("store/strata.db")).unwrap();
+    let (rowid, enc, data): (i64, i64, Vec<u8>) = db
+        .query_row(
+            "SELECT rowid, enc, data FROM objects WHERE kind = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(enc, 1, "a text chunk is stored compressed");
+    assert!(data.len() < text.len() / 2, "{} bytes", data.len());
+    let old = zstd::bulk::compress(&text, 1).unwrap();
+    assert_ne!(old, data, "the old level writes different frames");
+    db.execute(
+        "UPDATE objects SET data = ?1 WHERE rowid = ?2",
+        (&old, rowid),
+    )
+    .unwrap();
+    drop(db);
+    let store = Store::open(&tmp.path().join("store"), &StoreOptions::default()).unwrap();
+    let e = store
+        .read_path(store.branch_head(&b).unwrap(), b"f.rs")
+        .unwrap()
+        .unwrap();
+    let EntryKind::File(content) = e.kind else {
+        panic!("not a file")
+    };
+    assert_eq!(store.read_file_range(&content, 0, 1 << 20).unwrap(), text);
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+}
+
 #[test]
 fn gc_deletes_only_unreachable_objects() {
     let tmp = tempfile::tempdir().unwrap();
