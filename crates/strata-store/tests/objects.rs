@@ -24,7 +24,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
     /// Inserting bytes somewhere in a file changes only the chunks around the
-    /// insertion: the cut points after it re-synchronise.
+    /// insertion: every chunk that ends before it is kept exactly (a cut
+    /// point depends only on the bytes of its own chunk), and the cut points
+    /// after it re-synchronise, so the edited file is the old chunks before
+    /// the edit, one short run of new chunks, and the old chunks after it.
+    ///
+    /// How long that run is depends on the data: a new cut point inside the
+    /// first CHUNK_MIN bytes of an old chunk is skipped, so the next one can
+    /// miss again. Measured over 3,000 random cases (2026-11-30): 1 new
+    /// chunk in 96.3 %, 2 in 3.0 %, 3 in 0.6 %, 4 in 0.1 %, 6 once; each
+    /// further chunk is 5-30 times rarer. An earlier bound of 3 failed in
+    /// CI-like runs now and then; 8 chunks (and 8 * CHUNK_MAX bytes) is
+    /// past any cascade the data makes, while a real loss of
+    /// re-synchronisation (e.g. a changed chunker) changes every later chunk.
     #[test]
     fn cdc_resynchronises_after_insertion(seed in 1u64..u64::MAX, at in 0usize..200_000, ins in proptest::collection::vec(any::<u8>(), 1..64)) {
         let data = seeded_bytes(seed, 256 * 1024);
@@ -32,12 +44,24 @@ proptest! {
         let mut edited = data[..at].to_vec();
         edited.extend_from_slice(&ins);
         edited.extend_from_slice(&data[at..]);
-        let ids = |d: &[u8]| cut_points(d).iter().map(|&(o, l)| blake3::hash(&d[o..o + l])).collect::<Vec<_>>();
-        let a = ids(&data);
-        let b = ids(&edited);
-        let common = b.iter().filter(|h| a.contains(h)).count();
-        // At most a few chunks around the edit may differ.
-        prop_assert!(a.len() - common <= 3, "{} of {} chunks changed", a.len() - common, a.len());
+        let a = cut_points(&data);
+        let b = cut_points(&edited);
+        // Chunks that end at or before the insertion are the same chunks.
+        let kept = a.iter().take_while(|&&(o, l)| o + l <= at).count();
+        prop_assert_eq!(&a[..kept], &b[..kept]);
+        // After a short run of new chunks, b's cut points are a's shifted
+        // by the inserted length, to the end of the file.
+        let shifted: Vec<(usize, usize)> = a.iter().map(|&(o, l)| (o + ins.len(), l)).collect();
+        let resync = (kept..=b.len())
+            .find(|&i| b[i..].iter().all(|c| shifted.contains(c)))
+            .expect("the empty tail always matches");
+        let tail_len = b.len() - resync;
+        prop_assert_eq!(&b[resync..], &shifted[shifted.len() - tail_len..]);
+        let new_chunks = resync - kept;
+        prop_assert!(new_chunks >= 1, "an insertion makes at least one new chunk");
+        prop_assert!(new_chunks <= 8, "{} new chunks before the cut points re-synchronised", new_chunks);
+        let new_bytes: usize = b[kept..resync].iter().map(|c| c.1).sum();
+        prop_assert!(new_bytes <= 8 * strata_store::CHUNK_MAX, "{} new bytes", new_bytes);
     }
 
     /// Any bytes written as a file read back identically, whole and by range.
