@@ -471,6 +471,19 @@ async fn kill_sandbox(sb: &Sandbox) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // The Sandbox reads Stopped as soon as the monitor is dead, but the
+    // daemon dies a moment later: the monitor's death sends PID 1 its
+    // PR_SET_PDEATHSIG SIGKILL, and PID 1's exit then kills the rest of
+    // the PID namespace (zap_pid_ns_processes()), all asynchronously. On a
+    // loaded machine (CI, 2026-11-30) the daemon still answered a status
+    // call in that window; wait until it no longer answers at all.
+    while sb.health().await.is_ok() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "the daemon still answers 5 s after its monitor was killed"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn a_dead_daemon_is_an_error_with_the_log_tail(dir: &std::path::Path) {
