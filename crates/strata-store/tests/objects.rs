@@ -20,6 +20,21 @@ fn file_entry(name: &str, c: FileContent) -> TreeEntry {
     }
 }
 
+/// A new Store in `dir` whose branch p/main has one commit holding one
+/// file `name` with `bytes`.
+fn store_with_one_file(dir: &std::path::Path, name: &str, bytes: &[u8]) -> Store {
+    let store = new_store(dir);
+    store.create_project("p", "init").unwrap();
+    let c = store.write_file_bytes(bytes, None).unwrap();
+    let t = store.write_tree(vec![file_entry(name, c)]).unwrap();
+    let b = BranchRef::parse("p/main").unwrap();
+    let head = store.branch_head(&b).unwrap();
+    store
+        .commit_tree(&b, head, t, "f", BTreeMap::new())
+        .unwrap();
+    store
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -233,17 +248,7 @@ fn refs_resolve_by_branch_and_unique_prefix() {
 #[test]
 fn fsck_catches_a_flipped_byte() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = new_store(tmp.path());
-    store.create_project("p", "init").unwrap();
-    let c = store
-        .write_file_bytes(&seeded_bytes(5, 10_000), None)
-        .unwrap();
-    let t = store.write_tree(vec![file_entry("f", c)]).unwrap();
-    let b = BranchRef::parse("p/main").unwrap();
-    let head = store.branch_head(&b).unwrap();
-    store
-        .commit_tree(&b, head, t, "f", BTreeMap::new())
-        .unwrap();
+    let store = store_with_one_file(tmp.path(), "f", &seeded_bytes(5, 10_000));
     assert!(store.fsck(&NoProgress).unwrap().ok);
     drop(store);
     // Flip one byte of one stored chunk behind the Store's back.
@@ -281,20 +286,12 @@ fn fsck_catches_a_flipped_byte() {
 #[test]
 fn chunks_compressed_at_the_old_level_still_read_back() {
     let tmp = tempfile::tempdir().unwrap();
-    let store = new_store(tmp.path());
-    store.create_project("p", "init").unwrap();
     let text: Vec<u8> = (0..300)
         .flat_map(|i| format!("let v{i} = compute({}, \"{:x}\");\n", i * 7, i * 13).into_bytes())
         .collect();
     let text = text[..3000].to_vec();
-    let c = store.write_file_bytes(&text, None).unwrap();
-    let t = store.write_tree(vec![file_entry("f.rs", c)]).unwrap();
+    drop(store_with_one_file(tmp.path(), "f.rs", &text));
     let b = BranchRef::parse("p/main").unwrap();
-    let head = store.branch_head(&b).unwrap();
-    store
-        .commit_tree(&b, head, t, "f", BTreeMap::new())
-        .unwrap();
-    drop(store);
     let db = rusqlite::Connection::open(tmp.path().join("store/strata.db")).unwrap();
     let (rowid, enc, data): (i64, i64, Vec<u8>) = db
         .query_row(

@@ -354,13 +354,9 @@ impl Workspace {
             .unwrap_or_else(|p| p.into_inner());
         let (store, files) = {
             let mut st = self.st();
-            let files = st.files_to_hash();
-            if files.is_err() {
-                st.pool.hashing = false;
-            }
-            (st.store.clone(), files?)
+            (st.store.clone(), st.files_to_hash())
         };
-        let pre = match crate::commit::prehash(&store, files) {
+        let pre = match files.and_then(|files| crate::commit::prehash(&store, files)) {
             Ok(pre) => pre,
             Err(e) => {
                 // Inode numbers may be reused again (pool.rs).
