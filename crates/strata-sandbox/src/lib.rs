@@ -95,5 +95,5 @@ pub use ns::{
     SandboxConfig, SpawnError,
 };
 pub use rlimit::{Resource, Rlimit, RlimitError};
-pub use seccomp::{CompiledPolicy, Policy, Rule, POLICY};
+pub use seccomp::{Allowed, CompiledPolicy, Policy, Rule, ALLOW, POLICY};
 pub use selfcheck::{host_allows_unprivileged_userns, run_selfcheck, SelfCheck, SelfCheckError};
