@@ -22,7 +22,9 @@
 //!   read-only root is never written); the Sandbox's private host
 //!   directory bound at [`INSIDE_ROOT`] and the Store bound below it, so
 //!   both sit under a 0700 root-owned directory a command cannot traverse;
-//! * network `none` unless the request asks for the host's.
+//! * network `none` unless the request asks for the host's;
+//! * no terminal (`Tty: false`) and no stdin: nothing in the container
+//!   has a controlling terminal.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -130,6 +132,12 @@ pub fn create_body(
         "Env": [],
         "User": "0:0",
         "WorkingDir": "/",
+        // No terminal and no stdin: the daemon and everything it starts run
+        // without a controlling terminal (docs/security.md), like the
+        // native backend's setsid.
+        "Tty": false,
+        "OpenStdin": false,
+        "AttachStdin": false,
         "Hostname": req.name.clone().unwrap_or_else(|| "strata".into()),
         "Labels": labels,
         "NetworkDisabled": req.network == Network::None,
@@ -206,6 +214,12 @@ impl Expected {
 /// narrowing the daemon could not live with (e.g. a missing /dev/fuse).
 pub fn verify(inspect: &Value, expected: &Expected) -> Vec<String> {
     let mut bad = Vec::new();
+    let cfg = &inspect["Config"];
+    for key in ["Tty", "OpenStdin"] {
+        if cfg[key].as_bool() != Some(false) {
+            bad.push(format!("Config.{key} is {}, not false", cfg[key]));
+        }
+    }
     let hc = &inspect["HostConfig"];
     if hc["Privileged"].as_bool() != Some(false) {
         bad.push(format!("Privileged is {}", hc["Privileged"]));

@@ -239,6 +239,11 @@ fn lifecycle_create_start_list_reopen_stop_delete() {
 }
 
 #[test]
+fn commands_see_no_fuse_and_no_state() {
+    contract::commands_see_no_fuse_and_no_state(&env());
+}
+
+#[test]
 fn a_killed_daemon_restarts_in_the_same_container() {
     contract::restart_after_the_daemon_dies(&env());
 }
@@ -374,6 +379,8 @@ fn the_inspect_check_refuses_every_widening() {
             v["HostConfig"]["ReadonlyRootfs"] = false.into()
         }),
         ("init", |v| v["HostConfig"]["Init"] = false.into()),
+        ("Tty", |v| v["Config"]["Tty"] = true.into()),
+        ("OpenStdin", |v| v["Config"]["OpenStdin"] = true.into()),
         ("PidMode", |v| v["HostConfig"]["PidMode"] = "host".into()),
         ("NetworkMode", |v| {
             v["HostConfig"]["NetworkMode"] = "host".into()

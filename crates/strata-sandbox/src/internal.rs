@@ -42,6 +42,10 @@ pub(crate) struct InitWire {
     pub rlimits: Vec<Rlimit>,
     #[serde(default)]
     pub session: Session,
+    /// `setsid` in the monitor before anything else
+    /// ([`crate::SandboxCommand::new_session`]).
+    #[serde(default)]
+    pub new_session: bool,
     pub report: PathBuf,
 }
 
@@ -162,6 +166,17 @@ fn run_init(args: &[OsString]) -> i32 {
                 Some(&wire.report),
                 format!("{INIT_ARG} must run single-threaded (threads: {n:?}); call maybe_run_internal() before starting threads"),
             )
+        }
+    }
+    // First, so that no process of the Sandbox ever has the caller's
+    // terminal: a new session has no controlling terminal (setsid(2)),
+    // and PID 1, the daemon and the commands inherit that.
+    if wire.new_session {
+        if let Err(e) = rustix::process::setsid() {
+            return fail(
+                Some(&wire.report),
+                format!("setsid (a new session without the caller's terminal): {e}; the monitor must not be started as a process group leader"),
+            );
         }
     }
     let identity = match wire.run_as {

@@ -16,8 +16,9 @@
 //!   directory; the binary runs in place from the read-only host root, or
 //!   from a 0755 copy in the state directory where the path would not be
 //!   reachable (rootfs directory, /tmp, /run).
-//! * B4/B5 [`NativeBackend::start`]: `EXE __strata-init … -- EXE ARGS`,
-//!   stdout to `daemon.out`, stderr appended to `daemon.log`; the marker
+//! * B4/B5 [`NativeBackend::start`]: `EXE __strata-init … -- EXE ARGS`
+//!   in a session of its own (no controlling terminal), stdin from
+//!   /dev/null, stdout to `daemon.out`, stderr appended to `daemon.log`; the marker
 //!   line is polled from `daemon.out` until the deadline, the monitor's
 //!   exit ends the wait at once. A file rather than a pipe, so that the
 //!   daemon's stdout outlives the creating process.
@@ -634,9 +635,12 @@ impl NativeBackend {
         let mut child = SandboxCommand::privileged(cfg, argv, env, PathBuf::from("/"))
             .init_exe(&rec.exe_host)
             .report_path(dir.join("report.json"))
-            // Its own process group: a terminal's Ctrl-C for the creating
-            // CLI must not reach a Sandbox meant to outlive it.
-            .process_group(0)
+            // Its own session, without the creator's controlling
+            // terminal: a terminal's Ctrl-C or hang-up for the creating CLI
+            // must not reach a Sandbox meant to outlive it, and no command
+            // may open the creator's terminal through /dev/tty
+            // (docs/security.md).
+            .new_session()
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(log))

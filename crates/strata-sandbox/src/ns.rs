@@ -246,6 +246,7 @@ pub struct SandboxCommand {
     init_exe: Option<PathBuf>,
     report_path: Option<PathBuf>,
     process_group: Option<i32>,
+    new_session: bool,
     stdio: [Option<Stdio>; 3],
 }
 
@@ -265,6 +266,7 @@ impl SandboxCommand {
             init_exe: None,
             report_path: None,
             process_group: None,
+            new_session: false,
             stdio: [None, None, None],
         }
     }
@@ -288,6 +290,7 @@ impl SandboxCommand {
             init_exe: None,
             report_path: None,
             process_group: None,
+            new_session: false,
             stdio: [None, None, None],
         }
     }
@@ -314,6 +317,22 @@ impl SandboxCommand {
     /// `pre_exec`).
     pub fn process_group(mut self, pgid: i32) -> Self {
         self.process_group = Some(pgid);
+        self.new_session = false;
+        self
+    }
+
+    /// Detach the whole Sandbox from the caller's session: the monitor
+    /// calls `setsid(2)` first thing, so it, PID 1 and everything below
+    /// run in a session of their own with **no controlling terminal**.
+    /// A background Sandbox needs this: in the caller's session its
+    /// processes could open `/dev/tty` (the caller's terminal: write
+    /// escape sequences to it, or take it over with TIOCSPGRP and read
+    /// keystrokes) and would get the terminal's signals. Replaces
+    /// [`process_group`](Self::process_group): setsid fails for a process
+    /// group leader, and a new session is a new process group too.
+    pub fn new_session(mut self) -> Self {
+        self.new_session = true;
+        self.process_group = None;
         self
     }
 
@@ -391,6 +410,7 @@ impl SandboxCommand {
             cwd: self.cwd,
             rlimits: self.rlimits,
             session: self.session,
+            new_session: self.new_session,
             report: report.clone(),
         };
         let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;
