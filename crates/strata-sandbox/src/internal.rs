@@ -5,6 +5,9 @@
 //! * `__strata-exec`: the single-threaded exec helper: a multi-threaded
 //!   daemon starts it with a plain `std::process::Command` and it drops
 //!   privileges and `execve`s the command ([`exec_helper_command`]).
+//! * `__strata-daemon-view`: a container's entrypoint, which gives the
+//!   daemon the same two-layer /dev as a native Sandbox and then execs it
+//!   ([`crate::daemon_view`]).
 //!
 //! argv layout (both): `EXE SUBCOMMAND SETTINGS_JSON NAME=VALUE... -- ARGV...`.
 //! The command's environment and argv travel as separate argv items, not
@@ -84,7 +87,7 @@ pub(crate) fn encode_argv(
 type Decoded = (String, Vec<(OsString, OsString)>, Vec<OsString>);
 
 /// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
-fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
+pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
     let (json, rest) = args.split_first().ok_or("missing settings")?;
     let json = json.to_str().ok_or("settings are not UTF-8")?.to_string();
     let sep = rest.iter().position(|a| a == "--").ok_or("missing --")?;
@@ -132,6 +135,8 @@ pub fn maybe_run_internal() {
         run_exec_helper(&args[2..])
     } else if sub == crate::selfcheck::SELFCHECK_ARG {
         crate::selfcheck::selfcheck_main()
+    } else if sub == crate::daemon_view::DAEMON_VIEW_ARG {
+        crate::daemon_view::daemon_view_main(&args[2..])
     } else {
         return;
     };

@@ -49,6 +49,7 @@ compile_error!("strata-sandbox is Linux-only");
 
 pub mod backend;
 pub mod cgroup;
+pub mod daemon_view;
 pub mod exec;
 mod init;
 pub mod internal;
@@ -82,6 +83,7 @@ pub use backend::{
     Endpoint, Filter, SandboxId, SandboxInfo, Started, State, DAEMON_MARKER,
 };
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
+pub use daemon_view::{daemon_view_entrypoint, DAEMON_VIEW_ARG};
 pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
     PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,

@@ -218,7 +218,7 @@ pub(crate) fn under(root: &Path, p: &str) -> PathBuf {
     root.join(p.trim_start_matches('/'))
 }
 
-fn open_path(path: &Path) -> Result<OwnedFd, MountError> {
+pub(crate) fn open_path(path: &Path) -> Result<OwnedFd, MountError> {
     use rustix::fs::{Mode, OFlags};
     step(
         "open (O_PATH)",
@@ -238,7 +238,7 @@ fn open_dir_path(path: &Path) -> Result<OwnedFd, MountError> {
 }
 
 /// `/proc/self/fd/N`: a path that resolves to what `fd` refers to.
-fn fd_path(fd: &OwnedFd) -> PathBuf {
+pub(crate) fn fd_path(fd: &OwnedFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
@@ -393,18 +393,21 @@ fn detach_copies(path: &Path) -> Result<(), MountError> {
 
 /// Where a /dev tmpfs gets its nodes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum DevSource {
+pub(crate) enum DevSource<'a> {
     /// The host's /dev, a new devpts instance and a new /dev/shm.
     Host,
-    /// Another /dev built from the host (binds of its nodes, pts and shm),
-    /// plus /dev/fuse from the host.
-    Lower,
+    /// Another /dev (binds of its nodes, its devpts and /dev/shm), without
+    /// /dev/fuse: the commands' /dev in a container (`daemon_view`).
+    Copy,
+    /// As `Copy`, plus /dev/fuse bound from `fuse` and the list of
+    /// command-only masks: the daemon's layer.
+    Lower { fuse: &'a Path },
 }
 
-fn populate_dev(
+pub(crate) fn populate_dev(
     dev: &Path,
     from: &Path,
-    source: DevSource,
+    source: DevSource<'_>,
     command_masks: &[PathBuf],
 ) -> Result<(), MountError> {
     mount(
@@ -456,7 +459,7 @@ fn populate_dev(
                 "tmpfs /dev/shm",
             )?;
         }
-        DevSource::Lower => {
+        DevSource::Copy | DevSource::Lower { .. } => {
             bind(&from.join("pts"), &pts, false, "bind the Sandbox's devpts")?;
             bind(
                 &from.join("shm"),
@@ -464,32 +467,29 @@ fn populate_dev(
                 false,
                 "bind the Sandbox's /dev/shm",
             )?;
-            let fuse = dev.join("fuse");
-            touch(&fuse)?;
-            bind(
-                Path::new("/dev/fuse"),
-                &fuse,
-                false,
-                "bind /dev/fuse for the daemon",
-            )?;
-            // Root-only (0600) and gone with this layer in a command's view.
-            let list = dev.join(
-                Path::new(COMMAND_MASKS_FILE)
-                    .strip_prefix("/dev")
-                    .unwrap_or(Path::new("")),
-            );
-            let json = serde_json::to_vec(command_masks).unwrap_or_default();
-            step(
-                "write the command-only masks",
-                &list,
-                fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&list)
-                    .and_then(|mut f| std::io::Write::write_all(&mut f, &json)),
-            )?;
         }
+    }
+    if let DevSource::Lower { fuse: fuse_source } = source {
+        let fuse = dev.join("fuse");
+        touch(&fuse)?;
+        bind(fuse_source, &fuse, false, "bind /dev/fuse for the daemon")?;
+        // Root-only (0600) and gone with this layer in a command's view.
+        let list = dev.join(
+            Path::new(COMMAND_MASKS_FILE)
+                .strip_prefix("/dev")
+                .unwrap_or(Path::new("")),
+        );
+        let json = serde_json::to_vec(command_masks).unwrap_or_default();
+        step(
+            "write the command-only masks",
+            &list,
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&list)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, &json)),
+        )?;
     }
     for (link, to) in [
         ("ptmx", "pts/ptmx"),
@@ -671,7 +671,10 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     if dev_fuse {
         let upper = PathBuf::from(STAGING_DEV);
         mkdir_p(&upper, 0o755)?;
-        populate_dev(&upper, &dev, DevSource::Lower, &cfg.command_masked_paths)?;
+        let fuse = DevSource::Lower {
+            fuse: Path::new("/dev/fuse"),
+        };
+        populate_dev(&upper, &dev, fuse, &cfg.command_masked_paths)?;
         step(
             "move the daemon's /dev into place (MS_MOVE)",
             &dev,

@@ -158,6 +158,11 @@ fn lifecycle_create_start_list_reopen_stop_delete() {
 }
 
 #[test]
+fn commands_see_no_fuse_and_no_state() {
+    contract::commands_see_no_fuse_and_no_state(&env());
+}
+
+#[test]
 fn a_daemon_that_dies_before_the_marker_is_reported_with_its_log() {
     contract::dies_before_marker(&env());
 }
