@@ -550,6 +550,12 @@ mod tests {
         for a in ALLOW {
             assert!(!a.why.is_empty(), "{} has no reason", a.name);
         }
+        // The kernel refuses a program longer than BPF_MAXINSNS (4096) with
+        // EINVAL at install time: a growing allow list must fail here first.
+        for (what, prog) in &compiled.programs {
+            eprintln!("{what}: {} BPF instructions", prog.len());
+            assert!(prog.len() <= 4096, "{what}: {} instructions", prog.len());
+        }
     }
 
     #[test]
