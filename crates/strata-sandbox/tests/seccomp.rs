@@ -29,6 +29,15 @@ fn policy() -> &'static CompiledPolicy {
 /// Run `call` in a forked child, with or without the filter; return 0 on
 /// success or the errno.
 fn in_child(call: fn() -> libc::c_long, filtered: bool) -> i32 {
+    let status = child_status(call, filtered);
+    assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+    let code = libc::WEXITSTATUS(status);
+    assert!(code < 250, "child setup failed with code {code}");
+    code
+}
+
+/// As [`in_child`], but the raw wait status (the child may be killed).
+fn child_status(call: fn() -> libc::c_long, filtered: bool) -> i32 {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(
         unsafe { libc::geteuid() },
@@ -64,10 +73,7 @@ fn in_child(call: fn() -> libc::c_long, filtered: bool) -> i32 {
     // SAFETY: waitpid writes through a valid pointer.
     let r = unsafe { libc::waitpid(pid, &mut status, 0) };
     assert_eq!(r, pid);
-    assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
-    let code = libc::WEXITSTATUS(status);
-    assert!(code < 250, "child setup failed with code {code}");
-    code
+    status
 }
 
 fn check(name: &str, call: fn() -> libc::c_long, expected: i32) {
@@ -339,6 +345,45 @@ denied!(iopl, EPERM, sc(libc::SYS_iopl, 4));
 #[cfg(target_arch = "x86_64")]
 denied!(ioperm, EPERM, sc(libc::SYS_ioperm, 0, 0x10001, 1));
 allowed!(getpid_is_allowed, sc(libc::SYS_getpid));
+
+/// getpid through the i386 compat entry (`int 0x80`, number 20): the
+/// filter's architecture check (AUDIT_ARCH_I386 is not x86_64) kills the
+/// process with SIGSYS (SECCOMP_RET_KILL_PROCESS); unfiltered, the call
+/// works and returns the pid.
+#[test]
+fn i386_abi_kills_the_process() {
+    fn call() -> libc::c_long {
+        let ret: i64;
+        // SAFETY: i386 getpid takes no arguments and touches no memory;
+        // the 64-bit kernel may clobber r8-r11 on an int 0x80 return.
+        unsafe {
+            std::arch::asm!(
+                "int 0x80",
+                inlateout("rax") 20i64 => ret,
+                lateout("r8") _,
+                lateout("r9") _,
+                lateout("r10") _,
+                lateout("r11") _,
+                options(nostack)
+            );
+        }
+        if ret > 0 {
+            0
+        } else {
+            ret
+        }
+    }
+    let status = child_status(call, true);
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSYS,
+        "an i386 system call was not killed by the filter: status {status:#x}"
+    );
+    assert_eq!(
+        in_child(call, false),
+        0,
+        "unfiltered, i386 getpid works on this kernel (IA32 emulation), so the kill is the filter's"
+    );
+}
 
 #[cfg(target_arch = "x86_64")]
 #[test]
