@@ -338,8 +338,9 @@ fn mounts_on(path: &str) -> io::Result<usize> {
 
 /// If this is a Sandbox whose daemon has /dev/fuse (`SandboxConfig::dev_fuse`:
 /// a second /dev tmpfs stacked on the commands' /dev, see
-/// `mounts::build_view` step 4e), give the command a mount namespace of its
-/// own without the upper layer:
+/// `mounts::build_view` step 4e; in a docker container the entrypoint
+/// stacks the same layers, see `daemon_view`), give the command a mount
+/// namespace of its own without the upper layer:
 ///
 /// * `unshare(CLONE_NEWNS)` copies the daemon's view;
 /// * `MS_REC|MS_SLAVE` on `/`: Workspace mounts the daemon makes later
