@@ -180,6 +180,20 @@ fn bad_expose_arguments_are_refused_clearly() {
         assert_eq!(out.status.code(), Some(1), "--expose {arg}: {err}");
         assert!(err.contains(why), "--expose {arg}: {err}");
     }
+    // A home directory: it holds host Workspaces' scratch (other agents'
+    // uncommitted files) and their daemons' run directory.
+    let home = sb.env.path("home");
+    std::fs::create_dir(&home).unwrap();
+    let out = sb
+        .cmd(&["sandbox", "create", "--expose", home.to_str().unwrap()])
+        .env("HOME", &home)
+        .env_remove("XDG_STATE_HOME")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "--expose $HOME: {err}");
+    assert!(err.contains("scratch"), "--expose $HOME: {err}");
     let list = sb.json(&["sandbox", "list"]);
     assert_eq!(list.as_array().map(Vec::len), Some(0), "{list}");
 }
