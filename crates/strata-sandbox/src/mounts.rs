@@ -344,10 +344,11 @@ pub(crate) fn unescape_mountinfo(field: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
-/// Detach every FUSE mount in the copy of the host root.
+/// Detach every FUSE mount in the copy of the host's system directories.
 ///
-/// The recursive bind copies *all* host mounts, FUSE ones included: a
-/// host-side Workspace (served with allow_other) would be readable by the
+/// A recursive bind copies *all* host mounts below its source, FUSE ones
+/// included: a host-side Workspace mounted under /usr or /etc (served with
+/// allow_other) would be readable by the
 /// command, and, because the copy holds a reference to the superblock, the
 /// host's unmount would not end that FUSE session until this Sandbox ends.
 /// A Sandbox gets Workspaces only through its own binds and daemon.
@@ -498,9 +499,9 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
         &in_place,
     )?;
 
-    // 3. Read-only for the whole staged tree (every submount of the host
-    //    root too), plus nosuid/nodev: nothing on the host tree may grant
-    //    privileges or expose device nodes.
+    // 3. Read-only for the whole staged tree (the root tmpfs, every bound
+    //    system directory and its submounts), plus nosuid/nodev: nothing on
+    //    the host tree may grant privileges or expose device nodes.
     if readonly {
         make_tree_readonly(&new_root)?;
     }
