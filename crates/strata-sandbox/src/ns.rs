@@ -55,7 +55,10 @@ pub struct SandboxConfig {
     /// Size of the private /tmp (default: tmpfs default, half of RAM;
     /// charged to the memory cgroup either way).
     pub tmp_size_bytes: Option<u64>,
-    /// Extra bind mounts (Workspaces, later).
+    /// Extra bind mounts (the daemon's state, exposed host paths). A
+    /// missing target is created on the host view's tmpfs, in the fresh
+    /// /tmp, or like a mount point (`mountpoints`); a file target gets an
+    /// empty placeholder file.
     pub binds: Vec<BindMount>,
     /// Bind /dev/fuse into the Sandbox's /dev for the daemon (root). Commands
     /// never see it: the privilege drop takes it away in a mount namespace
@@ -64,9 +67,9 @@ pub struct SandboxConfig {
     pub dev_fuse: bool,
     /// Paths inside the Sandbox to hide (empty read-only tmpfs over a
     /// directory, /dev/null over a file), on top of
-    /// `mounts::DEFAULT_MASKED` and, for the host root,
-    /// `mounts::HOST_ROOT_MASKED`. The Store's directory belongs here when
-    /// the view is the host root. Missing paths are skipped.
+    /// `mounts::DEFAULT_MASKED` and, for the host view, what /etc holds
+    /// that others may not read (`hostview`). The Store's directory
+    /// belongs here in case a view shows it. Missing paths are skipped.
     #[serde(default)]
     pub masked_paths: Vec<PathBuf>,
     /// Empty directories (root-owned, 0755) that must exist in the
