@@ -204,26 +204,3 @@ fn list_into(conn: &rusqlite::Connection, id: &ObjectId, out: &mut Vec<TreeEntry
     }
     Ok(())
 }
-
-/// The ids a tree node references directly (child nodes, subtrees, file
-/// chunks and root pages), for fsck and gc.
-pub(crate) fn node_children(node: &TreeNode) -> Vec<(ObjectId, Kind)> {
-    let mut v = Vec::new();
-    match node {
-        TreeNode::Index(children) => v.extend(children.iter().map(|c| (c.id, Kind::Tree))),
-        TreeNode::Leaf(entries) => {
-            for e in entries {
-                match &e.kind {
-                    crate::EntryKind::Dir(t) => v.push((*t, Kind::Tree)),
-                    crate::EntryKind::File(c) => match &c.data {
-                        crate::ContentRef::Empty => {}
-                        crate::ContentRef::Chunk(id) => v.push((*id, Kind::Chunk)),
-                        crate::ContentRef::Pages { root, .. } => v.push((*root, Kind::Page)),
-                    },
-                    _ => {}
-                }
-            }
-        }
-    }
-    v
-}
