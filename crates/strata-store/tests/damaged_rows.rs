@@ -67,10 +67,13 @@ fn chunks(store: &Store, c: &FileContent) -> Vec<ObjectId> {
         .collect()
 }
 
+/// One way of reading a whole file.
+type ReadFn = fn(&Store, &FileContent) -> Result<()>;
+
 /// Read the file every way a reader does, on a small stack; each must be
 /// `Corrupt` naming one of `ids`. Then fsck must list one of them.
 fn assert_corrupt_everywhere(store: &Store, c: &FileContent, ids: &[ObjectId]) {
-    let reads: [(&str, fn(&Store, &FileContent) -> Result<()>); 3] = [
+    let reads: [(&str, ReadFn); 3] = [
         ("read_file_range", |s, c| {
             s.read_file_range(c, 0, c.size.min(1 << 20) as usize)
                 .map(drop)
