@@ -175,7 +175,12 @@ impl Journal {
         bytes.extend(frame(&recs));
         let tmp = self.path.with_extension("compact");
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = File::options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&bytes)?;
             // The rename must not expose an empty file after a power loss.
             f.sync_data()?;
