@@ -120,6 +120,10 @@ impl Store {
     ) -> Result<ExportReport> {
         let force = opts.force;
         let c = self.read_commit(commit)?;
+        // Readers do not re-hash, so the tree may be a forged DAG whose
+        // shared subtrees expand exponentially: count it first, reading
+        // each stored tree once, and refuse what no filesystem could hold.
+        crate::trees::expanded_entries(&self.reader(), c.tree)?;
         if dir.exists() {
             let mut it = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
             if it.next().is_some() && !force {

@@ -268,3 +268,52 @@ fn a_zstd_bomb_is_corrupt_without_inflating() {
     };
     assert!(reason.contains("declares"), "{reason}");
 }
+
+/// The same amplification with directories: tree k lists tree k-1 twice
+/// (as `a` and `b`), 40 levels, 2^41 paths from 41 valid tree objects.
+/// Export counts the tree first, reading each stored tree once, and
+/// refuses it as `Corrupt` instead of writing for ever.
+#[test]
+fn a_forged_exponential_directory_dag_is_not_exported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    store.create_project("p", "init").unwrap();
+    let dir = |name: &str, t: ObjectId| TreeEntry {
+        name: name.as_bytes().to_vec(),
+        kind: EntryKind::Dir(t),
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        mtime_ns: 0,
+        xattrs: vec![],
+        link_group: 0,
+    };
+    let mut trees = vec![store.write_tree(vec![]).unwrap()];
+    for _ in 0..40 {
+        let below = *trees.last().unwrap();
+        trees.push(
+            store
+                .write_tree(vec![dir("a", below), dir("b", below)])
+                .unwrap(),
+        );
+    }
+    let b = BranchRef::parse("p/main").unwrap();
+    let head = store.branch_head(&b).unwrap();
+    let c = store
+        .commit_tree(&b, head, *trees.last().unwrap(), "dag", BTreeMap::new())
+        .unwrap();
+    let (s, out) = (store.clone(), tmp.path().join("out"));
+    let r = bounded("export", move || s.export(c, &out, false, &NoProgress));
+    match r {
+        Err(StoreError::Corrupt { id, reason }) => {
+            assert!(trees.contains(&id), "names {id}: {reason}");
+            assert!(reason.contains("expands to more than"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Nothing was written: the count comes before the first directory.
+    assert_eq!(
+        std::fs::read_dir(tmp.path().join("out")).map_or(0, |d| d.count()),
+        0
+    );
+}
