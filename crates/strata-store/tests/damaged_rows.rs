@@ -271,8 +271,9 @@ fn a_zstd_bomb_is_corrupt_without_inflating() {
 
 /// The same amplification with directories: tree k lists tree k-1 twice
 /// (as `a` and `b`), 40 levels, 2^41 paths from 41 valid tree objects.
-/// Export counts the tree first, reading each stored tree once, and
-/// refuses it as `Corrupt` instead of writing for ever.
+/// Export (and diff, which lists every path of an added directory) count
+/// the tree first, reading each stored tree once, and refuse it as
+/// `Corrupt` instead of writing (or collecting paths) for ever.
 #[test]
 fn a_forged_exponential_directory_dag_is_not_exported() {
     let tmp = tempfile::tempdir().unwrap();
@@ -303,13 +304,19 @@ fn a_forged_exponential_directory_dag_is_not_exported() {
         .commit_tree(&b, head, *trees.last().unwrap(), "dag", BTreeMap::new())
         .unwrap();
     let (s, out) = (store.clone(), tmp.path().join("out"));
-    let r = bounded("export", move || s.export(c, &out, false, &NoProgress));
-    match r {
-        Err(StoreError::Corrupt { id, reason }) => {
-            assert!(trees.contains(&id), "names {id}: {reason}");
-            assert!(reason.contains("expands to more than"), "{reason}");
+    let r = bounded("export", move || {
+        s.export(c, &out, false, &NoProgress).map(drop)
+    });
+    let s = store.clone();
+    let d = bounded("diff", move || s.diff(head, c).map(drop));
+    for (what, r) in [("export", r), ("diff", d)] {
+        match r {
+            Err(StoreError::Corrupt { id, reason }) => {
+                assert!(trees.contains(&id), "{what} names {id}: {reason}");
+                assert!(reason.contains("expands to more than"), "{what}: {reason}");
+            }
+            other => panic!("{what}: expected Corrupt, got {other:?}"),
         }
-        other => panic!("expected Corrupt, got {other:?}"),
     }
     // Nothing was written: the count comes before the first directory.
     assert_eq!(
