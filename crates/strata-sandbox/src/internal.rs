@@ -5,6 +5,9 @@
 //! * `__strata-exec`: the single-threaded exec helper: a multi-threaded
 //!   daemon starts it with a plain `std::process::Command` and it drops
 //!   privileges and `execve`s the command ([`exec_helper_command`]).
+//! * `__strata-daemon-view`: a container's entrypoint, which gives the
+//!   daemon the same two-layer /dev as a native Sandbox and then execs it
+//!   ([`crate::daemon_view`]).
 //!
 //! argv layout (both): `EXE SUBCOMMAND SETTINGS_JSON NAME=VALUE... -- ARGV...`.
 //! The command's environment and argv travel as separate argv items, not
@@ -42,6 +45,10 @@ pub(crate) struct InitWire {
     pub rlimits: Vec<Rlimit>,
     #[serde(default)]
     pub session: Session,
+    /// `setsid` in the monitor before anything else
+    /// ([`crate::SandboxCommand::new_session`]).
+    #[serde(default)]
+    pub new_session: bool,
     pub report: PathBuf,
 }
 
@@ -80,7 +87,7 @@ pub(crate) fn encode_argv(
 type Decoded = (String, Vec<(OsString, OsString)>, Vec<OsString>);
 
 /// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
-fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
+pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
     let (json, rest) = args.split_first().ok_or("missing settings")?;
     let json = json.to_str().ok_or("settings are not UTF-8")?.to_string();
     let sep = rest.iter().position(|a| a == "--").ok_or("missing --")?;
@@ -128,6 +135,8 @@ pub fn maybe_run_internal() {
         run_exec_helper(&args[2..])
     } else if sub == crate::selfcheck::SELFCHECK_ARG {
         crate::selfcheck::selfcheck_main()
+    } else if sub == crate::daemon_view::DAEMON_VIEW_ARG {
+        crate::daemon_view::daemon_view_main(&args[2..])
     } else {
         return;
     };
@@ -162,6 +171,17 @@ fn run_init(args: &[OsString]) -> i32 {
                 Some(&wire.report),
                 format!("{INIT_ARG} must run single-threaded (threads: {n:?}); call maybe_run_internal() before starting threads"),
             )
+        }
+    }
+    // First, so that no process of the Sandbox ever has the caller's
+    // terminal: a new session has no controlling terminal (setsid(2)),
+    // and PID 1, the daemon and the commands inherit that.
+    if wire.new_session {
+        if let Err(e) = rustix::process::setsid() {
+            return fail(
+                Some(&wire.report),
+                format!("setsid (a new session without the caller's terminal): {e}; the monitor must not be started as a process group leader"),
+            );
         }
     }
     let identity = match wire.run_as {
