@@ -1,4 +1,4 @@
-//! strata-daemon: the daemon that runs inside a Sandbox (BRIEF §3, B4–B7).
+//! strata-daemon: the daemon that runs inside a Sandbox (docs/design.md §3, B4–B7).
 //!
 //! It runs as root with CAP_SYS_ADMIN and /dev/fuse under the Sandbox's
 //! init, mounts Workspaces with `allow_other`, and runs commands through
@@ -51,8 +51,6 @@ pub use server::{constant_time_eq, tail_file};
 /// The hidden subcommand the strata binary answers with the daemon.
 pub const DAEMON_ARG: &str = "__strata-daemon";
 
-/// Stack size of the daemon's worker and blocking threads (see `run`).
-const DAEMON_THREAD_STACK: usize = 256 << 20;
 /// First word of the startup marker line.
 pub const MARKER: &str = "STRATA-DAEMON-READY";
 
@@ -121,12 +119,10 @@ pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata-daemon")
-        // The Store's and the Workspace's tree walks recurse once per
-        // directory level, and a command can make a tree ~2,000 levels
-        // deep (PATH_MAX); on the default 2 MiB stacks committing 1,500
-        // levels overflowed and aborted the daemon (docs/reliability.md).
-        // Stack is reserved, not committed: only what a walk touches costs.
-        .thread_stack_size(DAEMON_THREAD_STACK)
+        // Tokio's default 2 MiB stacks: a command can make a tree ~2,000
+        // levels deep, but no walk of the Store or the Workspace recurses
+        // on tree depth (ARCHITECTURE.md, "Invariants"; the deep-tree
+        // tests run every walk on 256 KiB stacks).
         .build()
         .map_err(|source| DaemonError::Io {
             action: "start the async runtime",

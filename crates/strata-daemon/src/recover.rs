@@ -1,4 +1,4 @@
-//! Re-serving Workspaces after a restart (issue 9, "daemon crash").
+//! Re-serving Workspaces after a restart (docs/reliability.md).
 //!
 //! A Workspace's uncommitted state lives in its scratch directory (journal
 //! and upper layer) and survives the death of its daemon; what does not

@@ -189,7 +189,7 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     // allow_other (only our tree can reach the mount anyway) and no
     // default_permissions: in this namespace every owner but one renders as
     // nobody, so kernel permission checks against the stored owners would
-    // be wrong (BRIEF section 4); the FUSE server reports every owner as 0.
+    // be wrong (docs/design.md §4); the FUSE server reports every owner as 0.
     let data = format!(
         "fd={},rootmode=40000,user_id=0,group_id=0",
         fuse.as_raw_fd()

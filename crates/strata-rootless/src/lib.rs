@@ -1,6 +1,6 @@
 //! `strata run` with no root: one command whose view has a Workspace
 //! grafted at a path, through FUSE mounted inside an unprivileged user
-//! namespace (BRIEF section 4).
+//! namespace (docs/design.md §4).
 //!
 //! The parent (this process, which may have threads) creates the Workspace
 //! and re-executes the strata binary as a single-threaded helper
@@ -124,7 +124,7 @@ pub struct RunOutcome {
     pub mountpoint: PathBuf,
 }
 
-/// Refuse a cwd inside the mountpoint (BRIEF section 4: it deadlocks).
+/// Refuse a cwd inside the mountpoint (docs/design.md §4: it deadlocks).
 /// Both paths must be absolute and canonical.
 pub fn check_cwd(cwd: &Path, mountpoint: &Path) -> Result<(), RunError> {
     if cwd.starts_with(mountpoint) {
@@ -405,7 +405,7 @@ fn talk(
     };
 
     // Ids on the FUSE wire are in the mount's user namespace, which maps
-    // exactly one id (BRIEF section 4): every owner goes out as 0, and 0
+    // exactly one id (docs/design.md §4): every owner goes out as 0, and 0
     // comes back as the invoking user. Without this, unlink / rename / link
     // of files that existed before the mount fail with EOVERFLOW and
     // write-opens with EACCES, while reads look healthy. No
@@ -682,7 +682,7 @@ mod tests {
 
     #[test]
     fn cwd_inside_the_mountpoint_is_refused() {
-        // BRIEF section 4: a cwd inside the mountpoint deadlocks.
+        // docs/design.md §4: a cwd inside the mountpoint deadlocks.
         let e = check_cwd(Path::new("/tmp/m/sub"), Path::new("/tmp/m")).unwrap_err();
         assert!(e.to_string().contains("inside the mountpoint"), "{e}");
         assert!(check_cwd(Path::new("/tmp/m"), Path::new("/tmp/m")).is_err());
@@ -692,7 +692,7 @@ mod tests {
 
     #[test]
     fn rootless_mount_options_map_ids_and_skip_default_permissions() {
-        // BRIEF section 4: the mount's namespace maps exactly one id, so
+        // docs/design.md §4: the mount's namespace maps exactly one id, so
         // every owner goes out as 0 and 0 comes back as the invoking user;
         // and no default_permissions (owners would render as nobody).
         let o = mount_options(1500, 1501);

@@ -1,4 +1,4 @@
-//! The Backend contract (BRIEF §3, B1–B10). [`crate::NativeBackend`]
+//! The Backend contract (docs/design.md §3, B1–B10). [`crate::NativeBackend`]
 //! implements it on [`crate::ns`] and [`crate::exec`]; the Docker and
 //! microVM backends come later, as added arms, not API changes.
 //!

@@ -1,7 +1,7 @@
 //! Memory, pids and CPU limits for a whole Sandbox, through cgroups v1 or
 //! v2 behind one interface.
 //!
-//! These machines (BRIEF §5) have v1 hierarchies for memory, pids and cpu
+//! These machines (docs/design.md §5) have v1 hierarchies for memory, pids and cpu
 //! under /sys/fs/cgroup/{memory,pids,cpu} and a v2 mount without
 //! controllers; elsewhere a pure v2 system has /sys/fs/cgroup/cgroup.controllers.
 //! Detection follows that: `cgroup.controllers` at the root means v2

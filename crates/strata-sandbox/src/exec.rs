@@ -460,7 +460,7 @@ fn execve_search(p: &PreparedExec) -> ExecError {
 }
 
 /// Run a command as root *with* its capabilities and without the seccomp
-/// filter: only for the Sandbox's daemon (BRIEF §3 B4: "the daemon as root
+/// filter: only for the Sandbox's daemon (docs/design.md §3, B4: "the daemon as root
 /// with CAP_SYS_ADMIN"), never for a command. Signals, inherited fds,
 /// rlimits and cwd are handled as for a command.
 pub fn exec_privileged(p: &PreparedExec) -> ExecError {

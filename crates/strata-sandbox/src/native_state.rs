@@ -223,7 +223,7 @@ pub fn random_hex(n: usize) -> Result<String, BackendError> {
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut buf))
         .map_err(state_err("read random bytes from", path))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(buf))
 }
 
 /// `sb-` and 24 hex digits (96 random bits), the SDK's format.

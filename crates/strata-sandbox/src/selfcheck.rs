@@ -270,7 +270,7 @@ pub(crate) fn selfcheck_main() -> i32 {
 }
 
 /// Can an unprivileged process create a user namespace on this host?
-/// (BRIEF §5: yes here, and the sysctl cannot be changed; the seccomp filter
+/// (docs/design.md §5: yes here, and the sysctl cannot be changed; the seccomp filter
 /// is what refuses it to commands.) Tested for real in a forked child that
 /// becomes uid/gid 65534 (nobody) with raw syscalls only, so it is safe to
 /// call from a multi-threaded process. Needs root to switch to nobody.

@@ -86,8 +86,9 @@ pub struct SandboxSpec {
     pub startup_timeout: Duration,
     /// Run on the docker backend (strata-docker) with this image (a local
     /// image, `NAME:TAG` or `NAME@sha256:…`, pinned to its ID at create)
-    /// instead of the native one. `daemon_exe` (or `$STRATA_STATIC_EXE`)
-    /// must then be a statically linked strata binary; `rootfs` and
+    /// instead of the native one. The daemon uploaded is `daemon_exe`, else
+    /// `$STRATA_STATIC_EXE`, else this program if it is statically linked
+    /// (everything this workspace builds is); `rootfs` and
     /// `state_dir` do not apply (its state is under
     /// `/var/lib/strata/docker`).
     pub docker_image: Option<String>,

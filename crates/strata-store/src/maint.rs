@@ -408,9 +408,7 @@ impl Store {
             ..Default::default()
         };
         {
-            let mut size = tx
-                .prepare("SELECT length(data) FROM objects WHERE rowid = ?1")
-                .ctx("size an object")?;
+            let mut size = tx.prepare(sql::OBJ_SIZE_ROWID).ctx("size an object")?;
             let mut del = tx.prepare(sql::OBJ_DELETE_ROWID).ctx("delete objects")?;
             for (rowid, id, _, _) in &rows {
                 progress.advance(1);
@@ -427,7 +425,7 @@ impl Store {
         }
         tx.commit().ctx("commit gc")?;
         // Return freed pages to the filesystem (auto_vacuum = INCREMENTAL).
-        let _ = conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
+        let _ = conn.execute_batch(sql::GC_SHRINK);
         progress.finish();
         Ok(report)
     }

@@ -116,7 +116,7 @@ impl Store {
             .map_err(|e| StoreError::io("create", &db, e))?;
         set_mode(&db, PRIVATE_FILE)?;
         let conn = connect(&db, true)?;
-        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; BEGIN IMMEDIATE;")
+        conn.execute_batch(sql::CREATE_BEGIN)
             .ctx("begin creating the Store")?;
         conn.execute_batch(sql::SCHEMA).ctx("create the schema")?;
         let put = |k: &str, v: String| conn.execute(sql::META_PUT, (k, v)).ctx("write metadata");
@@ -125,7 +125,8 @@ impl Store {
         put("durable", (opts.durable as i32).to_string())?;
         put("deltas", (!opts.no_deltas as i32).to_string())?;
         put("created_ns", crate::now_ns().to_string())?;
-        conn.execute_batch("COMMIT;").ctx("commit the new schema")?;
+        conn.execute_batch(sql::CREATE_COMMIT)
+            .ctx("commit the new schema")?;
         drop(conn);
         flock(&lock, dir, rustix::fs::FlockOperation::Unlock)?;
         drop(lock);
@@ -363,7 +364,7 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
         .ctx("set the busy timeout")?;
     // WAL lets readers and one writer proceed at once, across processes.
     let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .query_row(sql::JOURNAL_MODE_WAL, [], |r| r.get(0))
         .map_err(|e| StoreError::NotAStore {
             path: db.to_path_buf(),
             reason: format!("it is not a SQLite database ({e})"),
@@ -374,10 +375,8 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
             reason: format!("SQLite refused WAL mode (got {mode})"),
         });
     }
-    conn.execute_batch(
-        "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;",
-    )
-    .ctx("set connection pragmas")?;
+    conn.execute_batch(sql::CONNECTION_PRAGMAS)
+        .ctx("set connection pragmas")?;
     Ok(conn)
 }
 

@@ -1,4 +1,4 @@
-//! Hostile stored bytes (issue 9, "Fuzzing"): every decoder that reads
+//! Hostile stored bytes (docs/reliability.md): every decoder that reads
 //! what the Store holds (object rows: encoding, zstd and delta frames,
 //! lengths, kinds; the postcard encodings of commits, tree nodes and
 //! manifest pages) is fed damaged rows, and every read path (open,

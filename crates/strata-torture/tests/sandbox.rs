@@ -1,5 +1,5 @@
 //! Sandboxes under hostile requests, hostile commands, load and faults
-//! (issue 9): the daemon endpoint refuses what it must with the right
+//! (docs/security.md): the daemon endpoint refuses what it must with the right
 //! status and no side effect (including fuzzed bodies); a command (uid
 //! 1500) cannot read a token, connect to a daemon socket, read the Store,
 //! signal or ptrace the daemon or init; 10 Sandboxes at once, 50
