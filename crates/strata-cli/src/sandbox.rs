@@ -82,15 +82,21 @@ pub struct CreateArgs {
     /// none (loopback only) or host.
     #[arg(long, value_name = "none|host", default_value = "none")]
     pub network: String,
-    /// Memory limit: bytes, or with a K, M or G suffix.
+    /// Memory limit: bytes, or with a K, M or G suffix (default: half of
+    /// the host's RAM).
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
-    /// Most processes and threads at once.
+    /// Most processes and threads at once (default: 4096).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota).
+    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota;
+    /// default: none).
     #[arg(long, value_name = "CPUS")]
     pub cpu: Option<f64>,
+    /// No limits at all (not even the default memory and pids limits): a
+    /// command can then exhaust the host's memory or processes.
+    #[arg(long, conflicts_with_all = ["memory", "pids", "cpu"])]
+    pub no_limits: bool,
     /// Show commands this root filesystem (a directory, read-only) instead
     /// of the host's root.
     #[arg(long, value_name = "DIR")]
@@ -207,6 +213,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 pids: a.pids,
                 cpu_millis: a.cpu.map(parse_cpu).transpose()?,
             };
+            spec.no_limits = a.no_limits;
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
             spec.docker_image = match (a.backend.as_str(), a.image) {
                 ("native", None) => None,

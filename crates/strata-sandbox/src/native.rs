@@ -349,6 +349,8 @@ impl Backend for NativeBackend {
             )?;
             let mut config = req.clone();
             config.store = store.clone();
+            // Recorded as applied: `sandbox inspect` shows the defaults.
+            config.limits = req.effective_limits()?;
             config.daemon_exe = Some(exe.clone());
             let rec = Record {
                 id: id.clone(),

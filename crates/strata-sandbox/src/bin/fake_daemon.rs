@@ -96,7 +96,10 @@ fn command_ls(dir: &Path) -> String {
         session: Default::default(),
     };
     let exe = std::env::current_exe().unwrap_or_default();
-    match strata_sandbox::exec_helper_command(&exe, &spec, None).map(|mut c| c.output()) {
+    match strata_sandbox::exec_helper_command(&exe, &spec).map(|h| {
+        let mut c = h.command;
+        c.output()
+    }) {
         Ok(Ok(o)) => format!(
             "exit={} out=[{}]",
             o.status.code().unwrap_or(-1),
