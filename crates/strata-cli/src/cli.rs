@@ -112,7 +112,11 @@ pub enum Command {
     /// Workspace appears at $STRATA_ROOT for that command only; its changes
     /// are committed with --commit, discarded otherwise. Exits with the
     /// command's status (a signal as 128+N); 125 if strata itself fails.
-    #[command(after_help = "Example:\n  strata run web/main --commit -m \"build\" -- make")]
+    /// Not a sandbox (the command has your rights, files and network)
+    /// unless --isolate.
+    #[command(
+        after_help = "Examples:\n  strata run web/main --commit -m \"build\" -- make\n  strata run web/main --isolate --commit -- ./untrusted-tool"
+    )]
     Run(crate::run::RunArgs),
     /// Mount a Workspace of a branch on the host (needs root); prints its ID.
     #[command(after_help = "Example:\n  strata mount web/agent-1 ./mnt")]

@@ -110,6 +110,25 @@ pub struct CreateArgs {
     /// NAME:TAG, NAME@sha256:… or an image ID (pinned to its ID at create).
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+    /// Show commands this host path at the same path (repeatable),
+    /// read-only, or writable with :rw. By default they see only the
+    /// host's system directories and /etc (minus what is not
+    /// world-readable). Never the Store or strata's state.
+    #[arg(long = "expose", value_name = "HOST_PATH[:rw]", value_parser = parse_expose)]
+    pub expose: Vec<strata_sdk::Expose>,
+}
+
+/// `--expose`: the syntax here (a malformed argument is a usage error,
+/// exit 2), what the path is on the host at create.
+fn parse_expose(s: &str) -> std::result::Result<strata_sdk::Expose, String> {
+    let e = strata_sdk::Expose::parse(s).map_err(|e| e.to_string())?;
+    if !e.path.exists() {
+        return Err(format!(
+            "expose {}: no such file or directory on the host",
+            e.path.display()
+        ));
+    }
+    Ok(e)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -223,6 +242,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 (b, _) => bail!("--backend {b:?}: give native or docker"),
             };
             spec.state_dir = state_dir();
+            spec.expose = a.expose;
             let sb = Sandbox::create(spec).await?;
             let id = sb.id().to_string();
             ctx.emit(json!({"sandbox": id}), || id.clone())

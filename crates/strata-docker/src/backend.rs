@@ -184,6 +184,12 @@ impl Backend for DockerBackend {
                 "the docker backend runs an image (CreateRequest::image); a rootfs directory is the native backend's",
             ));
         }
+        if let Some(e) = req.expose.first() {
+            return Err(invalid(
+                format!("expose {}", e.path.display()),
+                "not supported by the docker backend yet (its commands see the image only); use the native backend, or put the files in the image",
+            ));
+        }
         let image = req.image.clone().ok_or_else(|| {
             invalid(
                 "image",

@@ -7,8 +7,9 @@
 //!
 //! * the image by its ID (`sha256:…`), resolved once at create: a tag that
 //!   moves later does not change a Sandbox;
-//! * entrypoint = the uploaded static strata binary, argv = the daemon's
-//!   fixed arguments, no environment, user 0:0;
+//! * entrypoint = the uploaded static strata binary, which builds the
+//!   daemon's two-layer /dev ([`entrypoint`]) and then runs the daemon
+//!   with its fixed arguments; no environment, user 0:0;
 //! * `Init: true`: Docker's init (tini, `docker-init`) is PID 1 and reaps
 //!   orphans a command leaves behind;
 //! * `CapAdd: [CAP_SYS_ADMIN]` and nothing else added (the FUSE mount);
@@ -22,7 +23,9 @@
 //!   read-only root is never written); the Sandbox's private host
 //!   directory bound at [`INSIDE_ROOT`] and the Store bound below it, so
 //!   both sit under a 0700 root-owned directory a command cannot traverse;
-//! * network `none` unless the request asks for the host's.
+//! * network `none` unless the request asks for the host's;
+//! * no terminal (`Tty: false`) and no stdin: nothing in the container
+//!   has a controlling terminal.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -81,6 +84,19 @@ pub fn daemon_args() -> Vec<String> {
     ]
 }
 
+/// The container's entrypoint: the uploaded strata binary builds the
+/// daemon's two-layer /dev first (`strata_sandbox::daemon_view`: commands
+/// get a /dev without `/dev/fuse` and an empty [`INSIDE_ROOT`], the same
+/// masks a native Sandbox applies), then execs itself with
+/// [`daemon_args`] (the container's `Cmd`, appended by the Engine).
+pub fn entrypoint() -> Vec<String> {
+    let exe = PathBuf::from(format!("{INSIDE_ROOT}/bin/strata"));
+    strata_sandbox::daemon_view_entrypoint(&exe, &[PathBuf::from(INSIDE_ROOT)])
+        .into_iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// Docker's container name for a Sandbox name (names are unique per
 /// Engine, so a taken one is a 409 from create: refused, never adopted).
 pub fn container_name(name: &str) -> String {
@@ -125,11 +141,17 @@ pub fn create_body(
     let limits = &req.limits;
     json!({
         "Image": image_id,
-        "Entrypoint": [format!("{INSIDE_ROOT}/bin/strata")],
+        "Entrypoint": entrypoint(),
         "Cmd": daemon_args(),
         "Env": [],
         "User": "0:0",
         "WorkingDir": "/",
+        // No terminal and no stdin: the daemon and everything it starts run
+        // without a controlling terminal (docs/security.md), like the
+        // native backend's setsid.
+        "Tty": false,
+        "OpenStdin": false,
+        "AttachStdin": false,
         "Hostname": req.name.clone().unwrap_or_else(|| "strata".into()),
         "Labels": labels,
         "NetworkDisabled": req.network == Network::None,
@@ -209,6 +231,12 @@ impl Expected {
 /// narrowing the daemon could not live with (e.g. a missing /dev/fuse).
 pub fn verify(inspect: &Value, expected: &Expected) -> Vec<String> {
     let mut bad = Vec::new();
+    let cfg = &inspect["Config"];
+    for key in ["Tty", "OpenStdin"] {
+        if cfg[key].as_bool() != Some(false) {
+            bad.push(format!("Config.{key} is {}, not false", cfg[key]));
+        }
+    }
     let hc = &inspect["HostConfig"];
     if hc["Privileged"].as_bool() != Some(false) {
         bad.push(format!("Privileged is {}", hc["Privileged"]));

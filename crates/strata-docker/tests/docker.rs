@@ -174,6 +174,10 @@ impl Harness for Env {
                     }
                 }),
             ),
+            (
+                "not supported by the docker backend yet",
+                Box::new(|r| r.expose = vec![strata_sandbox::Expose::read_only("/usr")]),
+            ),
         ]
     }
     fn kill_daemon(&self, info: &SandboxInfo) {
@@ -236,6 +240,11 @@ impl Harness for Env {
 #[test]
 fn lifecycle_create_start_list_reopen_stop_delete() {
     contract::lifecycle(&env());
+}
+
+#[test]
+fn commands_see_no_fuse_and_no_state() {
+    contract::commands_see_no_fuse_and_no_state(&env());
 }
 
 #[test]
@@ -374,6 +383,8 @@ fn the_inspect_check_refuses_every_widening() {
             v["HostConfig"]["ReadonlyRootfs"] = false.into()
         }),
         ("init", |v| v["HostConfig"]["Init"] = false.into()),
+        ("Tty", |v| v["Config"]["Tty"] = true.into()),
+        ("OpenStdin", |v| v["Config"]["OpenStdin"] = true.into()),
         ("PidMode", |v| v["HostConfig"]["PidMode"] = "host".into()),
         ("NetworkMode", |v| {
             v["HostConfig"]["NetworkMode"] = "host".into()

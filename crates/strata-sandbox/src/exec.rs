@@ -132,7 +132,7 @@ pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
 /// NO_SETUID_FIXUP_LOCKED, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE and
 /// NO_CAP_AMBIENT_RAISE_LOCKED (bits 6 and 7, which rustix does not name).
 pub const SECURE_BITS_VALUE: u32 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7);
-const SECURE_BITS: rustix::thread::CapabilitiesSecureBits =
+pub(crate) const SECURE_BITS: rustix::thread::CapabilitiesSecureBits =
     rustix::thread::CapabilitiesSecureBits::from_bits_retain(SECURE_BITS_VALUE);
 
 fn last_os_error() -> io::Error {
@@ -212,19 +212,7 @@ fn drop_privileges_and_exec_inner(
     //    no execve (e.g. of a file with capabilities) can add anything back.
     //    By number, not by a fixed enum, so capabilities newer than this
     //    code are dropped too.
-    for cap in 0..=cap_last_cap() {
-        // SAFETY: PR_CAPBSET_DROP takes an integer argument only.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if rc != 0 {
-            let err = last_os_error();
-            // EINVAL: the kernel has no capability with this number (only
-            // possible when cap_last_cap was unreadable): we are done.
-            if err.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
-                break;
-            }
-            return Err(ExecError::DropBoundingCap { cap, source: err });
-        }
-    }
+    drop_bounding_set()?;
 
     // 7. Groups, then gid, while we still have CAP_SETGID: supplementary
     //    groups first (root's groups would otherwise survive), then real,
@@ -281,6 +269,25 @@ fn drop_privileges_and_exec_inner(
 
     // 14. execve (PATH search like execvp(3), see execve_search).
     Err(execve_search(p))
+}
+
+/// Empty the capability bounding set (step 6 of the drop; also
+/// crate::confine). Needs CAP_SETPCAP (prctl(2), PR_CAPBSET_DROP).
+pub(crate) fn drop_bounding_set() -> Result<(), ExecError> {
+    for cap in 0..=cap_last_cap() {
+        // SAFETY: PR_CAPBSET_DROP takes an integer argument only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 {
+            let err = last_os_error();
+            // EINVAL: the kernel has no capability with this number (only
+            // possible when cap_last_cap was unreadable): we are done.
+            if err.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(ExecError::DropBoundingCap { cap, source: err });
+        }
+    }
+    Ok(())
 }
 
 /// Steps 1 and 2 of the drop, shared with [`exec_privileged`].
@@ -369,8 +376,9 @@ fn mounts_on(path: &str) -> io::Result<usize> {
 
 /// If this is a Sandbox whose daemon has /dev/fuse (`SandboxConfig::dev_fuse`:
 /// a second /dev tmpfs stacked on the commands' /dev, see
-/// `mounts::build_view` step 4e), give the command a mount namespace of its
-/// own without the upper layer:
+/// `mounts::build_view` step 4e; in a docker container the entrypoint
+/// stacks the same layers, see `daemon_view`), give the command a mount
+/// namespace of its own without the upper layer:
 ///
 /// * `unshare(CLONE_NEWNS)` copies the daemon's view;
 /// * `MS_REC|MS_SLAVE` on `/`: Workspace mounts the daemon makes later

@@ -5,8 +5,14 @@
 //! * `__strata-exec`: the single-threaded exec helper: a multi-threaded
 //!   daemon starts it with a plain `std::process::Command` and it drops
 //!   privileges and `execve`s the command ([`exec_helper_command`]).
+//! * `__strata-daemon-view`: a container's entrypoint, which gives the
+//!   daemon the same two-layer /dev as a native Sandbox and then execs it
+//!   ([`crate::daemon_view`]). Its settings (the command-only masks) are
+//!   no secret and the Engine starts it, so they stay in its argv
+//!   ([`encode_argv`]).
 //!
-//! argv is `EXE SUBCOMMAND FD` and nothing else: argv is world-readable in
+//! For the init and the exec helper, argv is `EXE SUBCOMMAND FD` and
+//! nothing else: argv is world-readable in
 //! /proc/PID/cmdline until the process execs, so the settings (the
 //! Sandbox's config, the command's argv and environment, which may carry
 //! secrets) travel in a sealed memfd the re-executed process inherits as
@@ -64,6 +70,10 @@ pub(crate) struct InitWire {
     pub rlimits: Vec<Rlimit>,
     #[serde(default)]
     pub session: Session,
+    /// `setsid` in the monitor before anything else
+    /// ([`crate::SandboxCommand::new_session`]).
+    #[serde(default)]
+    pub new_session: bool,
     pub report: PathBuf,
 }
 
@@ -84,6 +94,34 @@ struct ExecWire {
     join_cgroup: Vec<RawFd>,
 }
 
+/// The settings as separate items: `SETTINGS_JSON NAME=VALUE... -- ARGV...`.
+fn settings_items(json: &str, env: &[(OsString, OsString)], argv: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(2 + env.len() + argv.len());
+    out.push(OsString::from(json));
+    for (k, v) in env {
+        let mut kv = k.clone();
+        kv.push("=");
+        kv.push(v);
+        out.push(kv);
+    }
+    out.push(OsString::from("--"));
+    out.extend(argv.iter().cloned());
+    out
+}
+
+/// `SUB` and the settings as argv items (the daemon-view entrypoint only:
+/// argv is world-readable).
+pub(crate) fn encode_argv(
+    sub: &str,
+    json: &str,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Vec<OsString> {
+    let mut out = vec![OsString::from(sub)];
+    out.extend(settings_items(json, env, argv));
+    out
+}
+
 /// The settings as one byte string: every item followed by a NUL.
 pub(crate) fn encode_settings(
     json: &str,
@@ -91,32 +129,17 @@ pub(crate) fn encode_settings(
     argv: &[OsString],
 ) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut item = |b: &[u8]| {
-        out.extend_from_slice(b);
+    for item in settings_items(json, env, argv) {
+        out.extend_from_slice(item.as_bytes());
         out.push(0);
-    };
-    item(json.as_bytes());
-    for (k, v) in env {
-        let mut kv = k.as_bytes().to_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(v.as_bytes());
-        item(&kv);
-    }
-    item(b"--");
-    for a in argv {
-        item(a.as_bytes());
     }
     out
 }
 
 type Decoded = (String, Vec<(OsString, OsString)>, Vec<OsString>);
 
-/// Inverse of [`encode_settings`].
-fn decode_settings(bytes: &[u8]) -> Result<Decoded, String> {
-    let body = bytes
-        .strip_suffix(&[0])
-        .ok_or("settings do not end with NUL")?;
-    let items: Vec<&[u8]> = body.split(|&b| b == 0).collect();
+/// Inverse of [`settings_items`].
+fn decode_items(items: &[&[u8]]) -> Result<Decoded, String> {
     let (json, rest) = items.split_first().ok_or("missing settings")?;
     let json = std::str::from_utf8(json)
         .map_err(|_| "settings are not UTF-8")?
@@ -140,6 +163,21 @@ fn decode_settings(bytes: &[u8]) -> Result<Decoded, String> {
         .map(|a| OsStr::from_bytes(a).to_os_string())
         .collect();
     Ok((json, env, argv))
+}
+
+/// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
+pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
+    let items: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    decode_items(&items)
+}
+
+/// Inverse of [`encode_settings`].
+fn decode_settings(bytes: &[u8]) -> Result<Decoded, String> {
+    let body = bytes
+        .strip_suffix(&[0])
+        .ok_or("settings do not end with NUL")?;
+    let items: Vec<&[u8]> = body.split(|&b| b == 0).collect();
+    decode_items(&items)
 }
 
 /// A sealed memfd holding `bytes` (close-on-exec until a child clears it).
@@ -281,6 +319,8 @@ pub fn maybe_run_internal() {
         run_exec_helper(args.get(2))
     } else if sub.is_some_and(|s| s == crate::selfcheck::SELFCHECK_ARG) {
         crate::selfcheck::selfcheck_main()
+    } else if sub.is_some_and(|s| s == crate::daemon_view::DAEMON_VIEW_ARG) {
+        crate::daemon_view::daemon_view_main(&args[2..])
     } else {
         // Any other role (the daemon among them): keep the commands'
         // cgroup if the Sandbox's init handed it over.
@@ -318,6 +358,17 @@ fn run_init(fd: Option<&OsString>) -> i32 {
                 Some(&wire.report),
                 format!("{INIT_ARG} must run single-threaded (threads: {n:?}); call maybe_run_internal() before starting threads"),
             )
+        }
+    }
+    // First, so that no process of the Sandbox ever has the caller's
+    // terminal: a new session has no controlling terminal (setsid(2)),
+    // and PID 1, the daemon and the commands inherit that.
+    if wire.new_session {
+        if let Err(e) = rustix::process::setsid() {
+            return fail(
+                Some(&wire.report),
+                format!("setsid (a new session without the caller's terminal): {e}; the monitor must not be started as a process group leader"),
+            );
         }
     }
     let identity = match wire.run_as {
@@ -583,6 +634,16 @@ mod tests {
         let n = OsString::from(fd.as_raw_fd().to_string());
         std::mem::forget(fd); // read_settings takes ownership
         let (json, e, a) = read_settings(Some(&n)).unwrap();
+        assert_eq!((json.as_str(), e, a), ("{}", env, argv));
+    }
+
+    #[test]
+    fn argv_roundtrip() {
+        let env = vec![("A".into(), "b=c".into())];
+        let argv = vec![OsString::from("/bin/echo"), "--".into()];
+        let enc = encode_argv("sub", "{}", &env, &argv);
+        assert_eq!(enc[0], "sub");
+        let (json, e, a) = decode_argv(&enc[1..]).unwrap();
         assert_eq!((json.as_str(), e, a), ("{}", env, argv));
     }
 

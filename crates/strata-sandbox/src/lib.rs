@@ -1,11 +1,13 @@
 //! strata-sandbox: the native (Docker-less) Sandbox primitives of strata.
 //!
 //! * [`seccomp`]: the command's seccomp policy, as reviewed data.
-//! * [`exec`]: the privilege drop and `execve` of one command.
+//! * [`exec`]: the privilege drop and `execve` of one command;
+//!   [`confine`]: the same layers for a process that keeps its uid.
 //! * [`ns`]: run a command in fresh namespaces under a reaping PID 1
 //!   ([`SandboxCommand`]), via the re-exec'd init ([`maybe_run_internal`]).
-//! * [`mounts`], [`net`]: the command's view (read-only root, private
-//!   /tmp, fresh /proc, minimal /dev, loopback-only network).
+//! * [`mounts`], [`hostview`], [`net`]: the command's view (read-only
+//!   minimal host view or rootfs, private /tmp, fresh /proc, minimal /dev,
+//!   loopback-only network); also `strata run --isolate`'s.
 //! * [`cgroup`], [`rlimit`]: limits.
 //! * [`selfcheck`]: does the privilege split hold here (for `strata probe`)?
 //! * [`backend`]: the Backend trait (contract B1–B10); [`native`]: the
@@ -49,7 +51,11 @@ compile_error!("strata-sandbox is Linux-only");
 
 pub mod backend;
 pub mod cgroup;
+pub mod confine;
+pub mod daemon_view;
+mod dev;
 pub mod exec;
+pub mod hostview;
 mod init;
 pub mod internal;
 mod mountpoints;
@@ -79,9 +85,11 @@ pub mod backend_files {
 
 pub use backend::{
     launch, Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths,
-    Endpoint, Filter, SandboxId, SandboxInfo, Started, State, DAEMON_MARKER,
+    Endpoint, Expose, ExposeSyntaxError, Filter, SandboxId, SandboxInfo, Started, State,
+    DAEMON_MARKER,
 };
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
+pub use daemon_view::{daemon_view_entrypoint, DAEMON_VIEW_ARG};
 pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
     PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,
@@ -98,5 +106,5 @@ pub use ns::{
     SandboxConfig, SpawnError,
 };
 pub use rlimit::{Resource, Rlimit, RlimitError};
-pub use seccomp::{CompiledPolicy, Policy, Rule, POLICY};
+pub use seccomp::{Allowed, CompiledPolicy, Policy, Rule, ALLOW, POLICY};
 pub use selfcheck::{host_allows_unprivileged_userns, run_selfcheck, SelfCheck, SelfCheckError};

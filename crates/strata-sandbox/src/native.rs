@@ -16,8 +16,9 @@
 //!   directory; the binary runs in place from the read-only host root, or
 //!   from a 0755 copy in the state directory where the path would not be
 //!   reachable (rootfs directory, /tmp, /run).
-//! * B4/B5 [`NativeBackend::start`]: `EXE __strata-init … -- EXE ARGS`,
-//!   stdout to `daemon.out`, stderr appended to `daemon.log`; the marker
+//! * B4/B5 [`NativeBackend::start`]: `EXE __strata-init … -- EXE ARGS`
+//!   in a session of its own (no controlling terminal), stdin from
+//!   /dev/null, stdout to `daemon.out`, stderr appended to `daemon.log`; the marker
 //!   line is polled from `daemon.out` until the deadline, the monitor's
 //!   exit ends the wait at once. A file rather than a pipe, so that the
 //!   daemon's stdout outlives the creating process.
@@ -315,7 +316,8 @@ impl Backend for NativeBackend {
     }
 
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
-        let (store, exe, copy_exe) = check_request(&self.root, req)?;
+        let checked = check_request(&self.root, req)?;
+        let (store, exe, copy_exe) = (checked.store, checked.exe, checked.copy_exe);
         let lock = self.lock()?;
         if let Some(n) = &req.name {
             if let Some((_, r)) = self
@@ -352,6 +354,7 @@ impl Backend for NativeBackend {
             // Recorded as applied: `sandbox inspect` shows the defaults.
             config.limits = req.effective_limits()?;
             config.daemon_exe = Some(exe.clone());
+            config.expose = checked.expose.clone();
             let rec = Record {
                 id: id.clone(),
                 backend: BackendKind::Native,
@@ -583,6 +586,31 @@ impl NativeBackend {
         // The state directory must exist in a rootfs directory to be bound.
         let mut mountpoints = req.mountpoints.clone();
         mountpoints.push(dir.clone());
+        let mut binds = vec![
+            // Same path inside and out: the daemon's config names host
+            // paths, and the host reaches the socket where it is.
+            BindMount {
+                source: dir.clone(),
+                target: dir.clone(),
+                readonly: false,
+            },
+            BindMount {
+                source: req.store.clone(),
+                target: rec.daemon.store.clone(),
+                readonly: false,
+            },
+        ];
+        // The daemon binary in place (the host view shows only system
+        // directories): read-only, at its host path, which the daemon's
+        // exec helper re-executes.
+        if !rec.copy_exe {
+            binds.push(BindMount {
+                source: rec.exe_host.clone(),
+                target: rec.daemon.exe.clone(),
+                readonly: true,
+            });
+        }
+        binds.extend(req.expose.iter().map(|e| e.bind()));
         let cfg = SandboxConfig {
             root: req.root.clone(),
             network: req.network,
@@ -590,20 +618,7 @@ impl NativeBackend {
             limits: req.limits,
             cgroup_name: Some(cgroup_name(id)),
             tmp_size_bytes: None,
-            binds: vec![
-                // Same path inside and out: the daemon's config names host
-                // paths, and the host reaches the socket where it is.
-                BindMount {
-                    source: dir.clone(),
-                    target: dir.clone(),
-                    readonly: false,
-                },
-                BindMount {
-                    source: req.store.clone(),
-                    target: rec.daemon.store.clone(),
-                    readonly: false,
-                },
-            ],
+            binds,
             dev_fuse: true,
             masked_paths: vec![req.store.clone()],
             // Commands never see the state root (this Sandbox's Store bind,
@@ -636,9 +651,12 @@ impl NativeBackend {
         let mut child = SandboxCommand::privileged(cfg, argv, env, PathBuf::from("/"))
             .init_exe(&rec.exe_host)
             .report_path(dir.join("report.json"))
-            // Its own process group: a terminal's Ctrl-C for the creating
-            // CLI must not reach a Sandbox meant to outlive it.
-            .process_group(0)
+            // Its own session, without the creator's controlling
+            // terminal: a terminal's Ctrl-C or hang-up for the creating CLI
+            // must not reach a Sandbox meant to outlive it, and no command
+            // may open the creator's terminal through /dev/tty
+            // (docs/security.md).
+            .new_session()
             .stdin(Stdio::null())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(log))

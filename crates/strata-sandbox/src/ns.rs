@@ -1,8 +1,9 @@
 //! Running a command in a fresh native Sandbox (namespaces + mounts +
 //! cgroup), from any process, including a multi-threaded one.
 //!
-//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init …` with a
-//! plain `std::process::Command` (fork+exec, nothing in `pre_exec`). That
+//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init FD` with a
+//! plain `std::process::Command` (fork+exec; `pre_exec` only clears
+//! close-on-exec on the settings memfd FD, see [`crate::internal`]). That
 //! binary must call [`crate::maybe_run_internal`] first thing in `main`;
 //! it then runs single-threaded as:
 //!
@@ -55,7 +56,10 @@ pub struct SandboxConfig {
     /// Size of the private /tmp (default: tmpfs default, half of RAM;
     /// charged to the memory cgroup either way).
     pub tmp_size_bytes: Option<u64>,
-    /// Extra bind mounts (Workspaces, later).
+    /// Extra bind mounts (the daemon's state, exposed host paths). A
+    /// missing target is created on the host view's tmpfs, in the fresh
+    /// /tmp, or like a mount point (`mountpoints`); a file target gets an
+    /// empty placeholder file.
     pub binds: Vec<BindMount>,
     /// Bind /dev/fuse into the Sandbox's /dev for the daemon (root). Commands
     /// never see it: the privilege drop takes it away in a mount namespace
@@ -64,9 +68,9 @@ pub struct SandboxConfig {
     pub dev_fuse: bool,
     /// Paths inside the Sandbox to hide (empty read-only tmpfs over a
     /// directory, /dev/null over a file), on top of
-    /// `mounts::DEFAULT_MASKED` and, for the host root,
-    /// `mounts::HOST_ROOT_MASKED`. The Store's directory belongs here when
-    /// the view is the host root. Missing paths are skipped.
+    /// `mounts::DEFAULT_MASKED` and, for the host view, what /etc holds
+    /// that others may not read (`hostview`). The Store's directory
+    /// belongs here in case a view shows it. Missing paths are skipped.
     #[serde(default)]
     pub masked_paths: Vec<PathBuf>,
     /// Empty directories (root-owned, 0755) that must exist in the
@@ -250,6 +254,7 @@ pub struct SandboxCommand {
     init_exe: Option<PathBuf>,
     report_path: Option<PathBuf>,
     process_group: Option<i32>,
+    new_session: bool,
     stdio: [Option<Stdio>; 3],
 }
 
@@ -269,6 +274,7 @@ impl SandboxCommand {
             init_exe: None,
             report_path: None,
             process_group: None,
+            new_session: false,
             stdio: [None, None, None],
         }
     }
@@ -292,6 +298,7 @@ impl SandboxCommand {
             init_exe: None,
             report_path: None,
             process_group: None,
+            new_session: false,
             stdio: [None, None, None],
         }
     }
@@ -318,6 +325,22 @@ impl SandboxCommand {
     /// `pre_exec`).
     pub fn process_group(mut self, pgid: i32) -> Self {
         self.process_group = Some(pgid);
+        self.new_session = false;
+        self
+    }
+
+    /// Detach the whole Sandbox from the caller's session: the monitor
+    /// calls `setsid(2)` first thing, so it, PID 1 and everything below
+    /// run in a session of their own with **no controlling terminal**.
+    /// A background Sandbox needs this: in the caller's session its
+    /// processes could open `/dev/tty` (the caller's terminal: write
+    /// escape sequences to it, or take it over with TIOCSPGRP and read
+    /// keystrokes) and would get the terminal's signals. Replaces
+    /// [`process_group`](Self::process_group): setsid fails for a process
+    /// group leader, and a new session is a new process group too.
+    pub fn new_session(mut self) -> Self {
+        self.new_session = true;
+        self.process_group = None;
         self
     }
 
@@ -395,6 +418,7 @@ impl SandboxCommand {
             cwd: self.cwd,
             rlimits: self.rlimits,
             session: self.session,
+            new_session: self.new_session,
             report: report.clone(),
         };
         let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;

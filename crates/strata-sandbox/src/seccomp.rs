@@ -1,35 +1,52 @@
 //! The seccomp policy applied to every command, as reviewed data.
 //!
-//! The policy is a deny list on top of "allow": a command may do anything an
-//! unprivileged process may do, except the calls below. Most of them already
-//! fail for a process with no capabilities; they are denied here anyway so
-//! that the *filter* is the argument, not the capability drop alone (the two
-//! are independent layers). The one that matters most is user namespaces:
-//! this kernel lets unprivileged users create them (BRIEF §5) and the sysctl
-//! cannot be changed, and inside a user namespace a command would regain
-//! CAP_SYS_ADMIN over a copy of its mount namespace, i.e. it could copy the
-//! Workspace mount into a namespace of its own or unmount things in it.
+//! The policy is an **allow list**: a command may make the system calls
+//! in [`ALLOW`] (one line each, with the workload that needs it) and no
+//! other; anything else fails with ENOSYS (SECCOMP_RET_ERRNO(ENOSYS)), the
+//! answer of a kernel that lacks the call, which programs already handle
+//! by falling back or reporting "not supported". So a system call a newer
+//! kernel adds stays closed until someone reviews it and lists it here.
+//!
+//! On top of that, [`POLICY`] refuses some calls with their own errno
+//! (EPERM for the mount table, namespaces, keyrings, ptrace...; ENOSYS for
+//! `clone3` and io_uring so that libraries fall back) and checks the
+//! arguments of a few allowed ones (`clone`, `unshare`, `ioctl`,
+//! `personality`). Most of these already fail for a process with no
+//! capabilities; they are refused here anyway so that the *filter* is the
+//! argument, not the capability drop alone (the two are independent
+//! layers). The one that matters most is user namespaces: this kernel
+//! lets unprivileged users create them and the sysctl cannot be changed,
+//! and inside a user namespace a command would regain CAP_SYS_ADMIN over a
+//! copy of its mount namespace, i.e. it could copy the Workspace mount
+//! into a namespace of its own or unmount things in it.
 //!
 //! Layout (see `seccomp(2)`):
 //!
-//! * [`POLICY`] – one rule per line with the reason; review that table.
-//! * [`Policy::compile`] – turns the table into BPF with `seccompiler` 0.5,
-//!   one BPF program per errno value (a seccompiler filter has one match
-//!   action), plus a hand-written guard against the x32 ABI.
+//! * [`ALLOW`] and [`POLICY`] – review those tables.
+//! * [`Policy::compile`] – turns them into BPF with `seccompiler` 0.5:
+//!   the allow-list program (every call in either table passes, the rest
+//!   gets ENOSYS), one program per errno of [`POLICY`] (a seccompiler
+//!   filter has one match action), plus a hand-written guard against the
+//!   x32 ABI.
 //! * [`CompiledPolicy::install`] – installs the programs with `seccomp(2)`.
 //!   It does not allocate, so it can run in a child forked from a
 //!   multi-threaded process (the tests do that).
 //!
 //! When several filters are installed, the kernel runs all of them and takes
-//! the most severe result (ERRNO beats ALLOW), so the order of installation
-//! does not change the outcome: each syscall appears in exactly one program.
+//! the most severe action (ERRNO beats ALLOW); between two ERRNO results
+//! the errno of the filter installed last wins (`seccomp_run_filters`), so
+//! the programs are built such that at most one of them returns ERRNO for
+//! any call: the allow-list program lets every call of [`POLICY`] through
+//! and leaves the refusal to that call's program, and the deny programs
+//! allow everything they do not name. Each call therefore has one answer
+//! whatever the order of installation.
 //!
-//! Architecture: the filters are built for the running architecture; a
-//! syscall made through another ABI (e.g. `int 0x80` i386 compat on x86_64)
-//! fails seccompiler's architecture check and the process is killed
+//! Architecture: x86_64 only. The filters check the architecture first; a
+//! syscall made through another ABI (e.g. `int 0x80` i386 compat) fails
+//! seccompiler's architecture check and the process is killed
 //! (SECCOMP_RET_KILL_PROCESS). 32-bit binaries therefore do not run in a
 //! Sandbox; that is deliberate (their syscall numbers differ and would
-//! bypass a table keyed by the 64-bit numbers).
+//! bypass tables keyed by the 64-bit numbers).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -39,8 +56,22 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-compile_error!("strata-sandbox's seccomp policy is written for x86_64 and aarch64 only");
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("strata-sandbox's seccomp allow list is written for x86_64 only (syscall names and numbers differ elsewhere)");
+
+mod allow;
+pub use allow::ALLOW;
+
+/// One line of the allow list ([`ALLOW`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allowed {
+    /// Syscall name, for reports and error messages.
+    pub name: &'static str,
+    /// Syscall number on x86_64.
+    pub nr: libc::c_long,
+    /// Why a command may make it (reviewed here).
+    pub why: &'static str,
+}
 
 /// Every namespace flag `unshare(2)` accepts. Any of them is refused:
 /// CLONE_NEWUSER because it hands back capabilities inside the namespace,
@@ -189,21 +220,25 @@ pub static POLICY: &[Rule] = &[
     deny("io_uring_setup", libc::SYS_io_uring_setup, ENOSYS, "io_uring operations are not seen by seccomp; ENOSYS makes programs fall back to plain syscalls"),
     deny("io_uring_enter", libc::SYS_io_uring_enter, ENOSYS, "see io_uring_setup"),
     deny("io_uring_register", libc::SYS_io_uring_register, ENOSYS, "see io_uring_setup"),
-    #[cfg(target_arch = "x86_64")]
     deny("iopl", libc::SYS_iopl, EPERM, "raw I/O port access"),
-    #[cfg(target_arch = "x86_64")]
     deny("ioperm", libc::SYS_ioperm, EPERM, "raw I/O port access"),
 ];
 
-/// The policy as data. [`Policy::default`] is [`POLICY`].
+/// The policy as data. [`Policy::default`] is [`ALLOW`] and [`POLICY`].
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
+    /// The calls a command may make at all; the rest get ENOSYS.
+    pub allow: &'static [Allowed],
+    /// Refusals with their errno, and argument checks on allowed calls.
     pub rules: &'static [Rule],
 }
 
 impl Default for Policy {
     fn default() -> Self {
-        Policy { rules: POLICY }
+        Policy {
+            allow: ALLOW,
+            rules: POLICY,
+        }
     }
 }
 
@@ -264,6 +299,31 @@ impl Policy {
             table.insert(rule.nr, rules);
         }
         let mut programs = Vec::new();
+        // The allow list: its calls and every call POLICY names pass (the
+        // refusal of the latter is their own program's, see the module
+        // docs); anything else is ENOSYS.
+        let passed: BTreeMap<i64, Vec<SeccompRule>> = self
+            .allow
+            .iter()
+            .map(|a| a.nr)
+            .chain(self.rules.iter().map(|r| r.nr))
+            .map(|nr| (nr, Vec::new()))
+            .collect();
+        let filter = SeccompFilter::new(
+            passed,
+            SeccompAction::Errno(ENOSYS as u32),
+            SeccompAction::Allow,
+            arch,
+        )
+        .map_err(|source| CompileError::Filter {
+            errno: ENOSYS,
+            source,
+        })?;
+        let prog: BpfProgram = filter.try_into().map_err(|source| CompileError::Filter {
+            errno: ENOSYS,
+            source,
+        })?;
+        programs.push(("allow list, ENOSYS for the rest", prog));
         for (errno, table) in by_errno {
             let filter = SeccompFilter::new(
                 table,
@@ -282,7 +342,6 @@ impl Policy {
             };
             programs.push((what, prog));
         }
-        #[cfg(target_arch = "x86_64")]
         programs.push(("x32 ABI guard", x32_guard()));
         Ok(CompiledPolicy { programs })
     }
@@ -335,15 +394,16 @@ fn seccompiler_rules(rule: &Rule) -> Result<Option<Vec<SeccompRule>>, CompileErr
     }
 }
 
-/// x86_64 only: refuse every syscall made through the x32 ABI.
+/// Refuse every syscall made through the x32 ABI.
 ///
 /// x32 syscalls carry AUDIT_ARCH_X86_64 (so they pass seccompiler's
 /// architecture check) but have bit 30 (__X32_SYSCALL_BIT) set in the
-/// number, so a table keyed by the plain numbers would not match them and
-/// `unshare` through x32 would be allowed. This kernel has
-/// CONFIG_X86_X32_ABI off, but the filter must not depend on that.
-/// Hand-written because seccompiler cannot express a range of numbers.
-#[cfg(target_arch = "x86_64")]
+/// number. The allow list already answers them with ENOSYS (no such
+/// number is on it), but the deny programs would not match them, so this
+/// guard keeps the refusal explicit and independent of the allow list.
+/// This kernel has CONFIG_X86_X32_ABI off, but the filter must not depend
+/// on that. Hand-written because seccompiler cannot express a range of
+/// numbers.
 fn x32_guard() -> BpfProgram {
     use seccompiler::sock_filter;
     const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
@@ -421,21 +481,155 @@ impl CompiledPolicy {
 mod tests {
     use super::*;
 
+    /// Calls the filter must never let through, whatever the tables say:
+    /// each is either absent from [`ALLOW`] (ENOSYS) or refused
+    /// unconditionally by [`POLICY`].
+    const FORBIDDEN: &[&str] = &[
+        "pidfd_getfd",
+        "process_madvise",
+        "name_to_handle_at",
+        "open_by_handle_at",
+        "kcmp",
+        "modify_ldt",
+        "uselib",
+        "move_pages",
+        "migrate_pages",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "chroot",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "move_mount",
+        "open_tree",
+        "mount_setattr",
+        "setns",
+        "bpf",
+        "perf_event_open",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "userfaultfd",
+        "reboot",
+        "swapon",
+        "swapoff",
+        "acct",
+        "quotactl",
+        "quotactl_fd",
+        "syslog",
+        "iopl",
+        "ioperm",
+        "clone3",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "settimeofday",
+        "clock_settime",
+        "sethostname",
+    ];
+
     #[test]
-    fn policy_compiles_and_every_rule_has_a_reason() {
+    fn policy_compiles_and_every_line_has_a_reason() {
         let compiled = Policy::default().compile().expect("compile");
-        assert!(compiled.programs() >= 2);
+        // allow list + EPERM + ENOSYS + x32 guard
+        assert_eq!(compiled.programs(), 4);
         for rule in POLICY {
             assert!(!rule.why.is_empty(), "{} has no reason", rule.name);
             assert!(rule.errno == EPERM || rule.errno == ENOSYS, "{}", rule.name);
         }
+        for a in ALLOW {
+            assert!(!a.why.is_empty(), "{} has no reason", a.name);
+        }
+        // The kernel refuses a program longer than BPF_MAXINSNS (4096) with
+        // EINVAL at install time: a growing allow list must fail here first.
+        for (what, prog) in &compiled.programs {
+            eprintln!("{what}: {} BPF instructions", prog.len());
+            assert!(prog.len() <= 4096, "{what}: {} instructions", prog.len());
+        }
     }
 
     #[test]
-    fn each_syscall_appears_once() {
+    fn each_syscall_appears_once_per_table() {
         let mut seen = std::collections::BTreeSet::new();
         for rule in POLICY {
-            assert!(seen.insert(rule.nr), "{} listed twice", rule.name);
+            assert!(seen.insert(rule.nr), "{} listed twice in POLICY", rule.name);
         }
+        let mut seen = std::collections::BTreeSet::new();
+        for a in ALLOW {
+            assert!(seen.insert(a.nr), "{} listed twice in ALLOW", a.name);
+            let names = ALLOW.iter().filter(|b| b.name == a.name).count();
+            assert_eq!(names, 1, "{} named twice in ALLOW", a.name);
+        }
+    }
+
+    /// An unconditional refusal is not also on the allow list (it would
+    /// read as allowed), and an argument check applies to an allowed call
+    /// (otherwise the check is dead: the call is refused whatever it says).
+    #[test]
+    fn denies_and_argument_checks_agree_with_the_allow_list() {
+        let allowed = |nr| ALLOW.iter().any(|a| a.nr == nr);
+        for rule in POLICY {
+            match rule.when {
+                When::Always => assert!(
+                    !allowed(rule.nr),
+                    "{} is refused by POLICY and listed in ALLOW",
+                    rule.name
+                ),
+                _ => assert!(
+                    allowed(rule.nr),
+                    "{} has an argument check but is not in ALLOW",
+                    rule.name
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn every_forbidden_call_is_refused() {
+        for name in FORBIDDEN {
+            assert!(
+                !ALLOW.iter().any(|a| a.name == *name),
+                "{name} must not be on the allow list"
+            );
+            if let Some(rule) = POLICY.iter().find(|r| r.name == *name) {
+                assert_eq!(rule.when, When::Always, "{name} is refused only sometimes");
+            }
+        }
+    }
+
+    /// The names in the tables are the names of the numbers beside them
+    /// (a copy-paste slip would allow one call under another's name):
+    /// every line reads `allow("x", SYS_x, ...)` or `deny("x", libc::SYS_x, ...)`.
+    #[test]
+    fn names_match_numbers() {
+        let lines = include_str!("seccomp/allow.rs")
+            .lines()
+            .chain(include_str!("seccomp.rs").lines())
+            .map(str::trim_start)
+            .filter(|l| {
+                ["allow(\"", "deny(\"", "deny_when(\""]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            });
+        let mut n = 0;
+        for line in lines {
+            let name = line.split('"').nth(1).unwrap();
+            assert!(
+                line.contains(&format!(" SYS_{name},")) || line.contains(&format!("::SYS_{name},")),
+                "the line for {name} does not use SYS_{name}: {line}"
+            );
+            n += 1;
+        }
+        assert_eq!(n, ALLOW.len() + POLICY.len());
     }
 }

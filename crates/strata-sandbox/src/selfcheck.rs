@@ -53,13 +53,20 @@ pub enum SelfCheckError {
 }
 
 /// Run the check in a new Sandbox with `config`, as `identity`.
-/// `init_exe` must be reachable at the same path inside the Sandbox (true
-/// for the default host-root view).
+/// `init_exe` runs as the command too: with the host view it is bound
+/// read-only at its host path; a rootfs must hold it at the same path.
 pub fn run_selfcheck(
     init_exe: &Path,
-    config: SandboxConfig,
+    mut config: SandboxConfig,
     identity: Identity,
 ) -> Result<SelfCheck, SelfCheckError> {
+    if config.root == crate::mounts::RootFs::HostReadOnly {
+        config.binds.push(crate::mounts::BindMount {
+            source: init_exe.into(),
+            target: init_exe.into(),
+            readonly: true,
+        });
+    }
     let spec = ExecSpec {
         argv: vec![
             init_exe.as_os_str().to_owned(),

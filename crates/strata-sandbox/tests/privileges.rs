@@ -97,17 +97,13 @@ fn privileged_mode_keeps_root_and_capabilities() {
     require_root();
     let (o, out, err) = {
         let s = probe(&["status"]);
-        let child = strata_sandbox::SandboxCommand::privileged(
-            strata_sandbox::SandboxConfig::default(),
-            s.argv,
-            s.env,
-            s.cwd,
-        )
-        .init_exe(PROBE)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        let child =
+            strata_sandbox::SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
+                .init_exe(PROBE)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn");
         let (o, a, b) = child.wait_with_output().expect("run");
         (
             o,

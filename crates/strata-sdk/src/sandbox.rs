@@ -37,7 +37,7 @@ use crate::exec::ExecHandle;
 use crate::workspace::Workspace;
 
 pub use strata_sandbox::backend::SandboxInfo;
-pub use strata_sandbox::{Limits, Network};
+pub use strata_sandbox::{Expose, Limits, Network};
 
 /// Default mount path of a Workspace.
 pub const DEFAULT_MOUNT: &str = "/workspace";
@@ -93,6 +93,13 @@ pub struct SandboxSpec {
     /// `state_dir` do not apply (its state is under
     /// `/var/lib/strata/docker`).
     pub docker_image: Option<String>,
+    /// Host paths commands see at the same path, on top of the default
+    /// view (the host's system directories and /etc only, see
+    /// docs/security.md): read-only unless [`Expose::writable`]. Refused
+    /// when a path does not exist or overlaps the Store, strata's state or
+    /// host Workspaces' scratch and run directories; not supported by the
+    /// docker backend yet.
+    pub expose: Vec<Expose>,
 }
 
 impl SandboxSpec {
@@ -110,7 +117,17 @@ impl SandboxSpec {
             state_dir: None,
             startup_timeout: Duration::from_secs(10),
             docker_image: None,
+            expose: Vec::new(),
         }
+    }
+    /// Show the host path `path` to commands, read-only (`writable`:
+    /// read-write), at the same path.
+    pub fn expose(mut self, path: impl Into<PathBuf>, writable: bool) -> Self {
+        self.expose.push(Expose {
+            path: path.into(),
+            writable,
+        });
+        self
     }
     /// Set the name.
     pub fn name(mut self, n: impl Into<String>) -> Self {
@@ -623,6 +640,7 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     req.limits = spec.limits;
     req.no_limits = spec.no_limits;
     req.daemon_exe = spec.daemon_exe.clone();
+    req.expose = checked_expose(&spec.expose)?;
     if let Some(dir) = &spec.rootfs {
         if !dir.is_absolute() || !dir.is_dir() {
             return Err(Error::invalid(
@@ -674,4 +692,30 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     }
     let info = backend.get().open(&id).map_err(backend_error)?;
     Sandbox::from_info(backend, info)
+}
+
+/// The SDK's own part of checking `expose` (the backend checks the Store
+/// and its state): host Workspaces' scratch (other agents' uncommitted
+/// files) and run directory (daemon sockets and tokens) stay out of sight.
+fn checked_expose(expose: &[Expose]) -> Result<Vec<Expose>> {
+    let dirs = crate::host::HostDirs::for_user();
+    for e in expose {
+        let resolved = e.path.canonicalize().unwrap_or_else(|_| e.path.clone());
+        for (dir, what) in [
+            (&dirs.scratch, "host Workspaces' scratch"),
+            (&dirs.run, "host Workspaces' run directory"),
+        ] {
+            let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+            if resolved.starts_with(&dir) || dir.starts_with(&resolved) {
+                return Err(Error::invalid(
+                    format!("expose {}", e.path.display()),
+                    format!(
+                        "overlaps {what} {}; expose a directory that holds neither",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(expose.to_vec())
 }

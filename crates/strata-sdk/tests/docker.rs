@@ -78,10 +78,11 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
             vec!["unshare", "-U", "true"],
             vec!["umount", ws.path()],
             vec!["umount", "-l", ws.path()],
-            // The daemon's directory (token, config, the Store's bind).
-            vec!["ls", "/run/strata"],
+            // The daemon's directory (token, config, the Store's bind):
+            // an empty mask in the command's view.
             vec!["cat", "/run/strata/token"],
-            // /dev/fuse is in the container for the daemon (root, 0600).
+            // /dev/fuse is in the container for the daemon only: the
+            // command's /dev has none.
             vec!["sh", "-c", "exec 3<>/dev/fuse"],
         ] {
             match ws.exec(argv.clone()).output().await {
@@ -90,6 +91,22 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
                 Err(e) => panic!("{argv:?}: {e}"),
             }
         }
+        let o = ws
+            .exec(["sh", "-c", "ls -A /run/strata; ls /dev/fuse 2>&1 || true"])
+            .output()
+            .await
+            .unwrap();
+        // Nothing listed from /run/strata, then ls's complaint about fuse
+        // (busybox or coreutils wording).
+        let out = o.stdout_str();
+        assert!(
+            out.starts_with("ls: ") && out.lines().count() == 1,
+            "{out:?}"
+        );
+        assert!(
+            out.contains("/dev/fuse") && out.contains("No such file"),
+            "{out:?}"
+        );
         // The root filesystem is read-only, /tmp is not.
         let o = ws
             .exec([

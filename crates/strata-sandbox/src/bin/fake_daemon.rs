@@ -4,7 +4,8 @@
 //!
 //! * `__strata-daemon --config PATH`: read a small JSON config, log what
 //!   it sees (capabilities, /dev/fuse, the Store bind, the masked host
-//!   Store) to the log file, listen on the Unix socket (0600), print the
+//!   Store) and what a command it starts through the exec helper sees
+//!   (the state root and directory, the token, /dev) to the log file, listen on the Unix socket (0600), print the
 //!   startup marker and answer `ok` to every connection. Modes: `ok`,
 //!   `die` (exit before the marker), `hang` (never print it), `garbage`
 //!   (a wrong first line), `stubborn` (ignore SIGTERM).
@@ -85,10 +86,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// `ls -A dir` as a command (exec helper, privileges dropped): `exit=N out=[…]`.
-fn command_ls(dir: &Path) -> String {
+/// `argv` as a command (exec helper, privileges dropped, no stdin):
+/// `exit=N out=[…]` with stdout and stderr on one line.
+fn command(argv: &[&str]) -> String {
     let spec = strata_sandbox::ExecSpec {
-        argv: vec!["/bin/ls".into(), "-A".into(), dir.into()],
+        argv: argv.iter().map(Into::into).collect(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: "/".into(),
         identity: strata_sandbox::Identity::default(),
@@ -98,16 +100,26 @@ fn command_ls(dir: &Path) -> String {
     let exe = std::env::current_exe().unwrap_or_default();
     match strata_sandbox::exec_helper_command(&exe, &spec).map(|h| {
         let mut c = h.command;
+        c.stdin(std::process::Stdio::null());
         c.output()
     }) {
         Ok(Ok(o)) => format!(
             "exit={} out=[{}]",
             o.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&o.stdout).trim()
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .chain(String::from_utf8_lossy(&o.stderr).split_whitespace())
+                .collect::<Vec<_>>()
+                .join(" ")
         ),
         Ok(Err(e)) => format!("spawn error {e}"),
         Err(e) => format!("spec error {e}"),
     }
+}
+
+/// `ls -A dir` as a command.
+fn command_ls(dir: &Path) -> String {
+    command(&["/bin/ls", "-A", &dir.to_string_lossy()])
 }
 
 /// Run `f` on the backend at `root` from this (fresh) process.
@@ -195,6 +207,20 @@ fn daemon(config: &Path) -> ExitCode {
     // (token, config, socket, the Store's mount point).
     let state_dir = cfg.socket.parent().unwrap_or(Path::new("/"));
     let _ = writeln!(log, "command_ls_state_dir={}", command_ls(state_dir));
+    // Nor read the token in it, nor find /dev/fuse (no FUSE mounts of its
+    // own): what a command sees of /dev and the token file.
+    let token = state_dir.join("token");
+    let _ = writeln!(
+        log,
+        "command_cat_token={}",
+        command(&["/bin/cat", &token.to_string_lossy()])
+    );
+    let _ = writeln!(log, "command_ls_dev={}", command_ls(Path::new("/dev")));
+    let _ = writeln!(
+        log,
+        "command_stat_dev_fuse={}",
+        command(&["/bin/ls", "-l", "/dev/fuse"])
+    );
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).expect("bind the socket");
     std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))

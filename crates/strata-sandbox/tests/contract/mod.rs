@@ -244,7 +244,8 @@ pub fn lifecycle(h: &dyn Harness) {
         .find_map(|l| l.strip_prefix("command_ls_state_dir="))
         .unwrap_or_else(|| panic!("no command view of the state dir: {log}"));
     assert!(
-        !state_dir_view.starts_with("exit=0") && !state_dir_view.starts_with("spawn"),
+        (!state_dir_view.starts_with("exit=0") || state_dir_view == "exit=0 out=[]")
+            && !state_dir_view.starts_with("spawn"),
         "a command listed the daemon's state directory: {state_dir_view}"
     );
     h.check_running(&info, &log);
@@ -313,6 +314,66 @@ pub fn lifecycle(h: &dyn Harness) {
     h.check_deleted(&other);
     assert_eq!(store_snapshot(h.store()), before, "Store changed");
     assert!(matches!(b.open(&id), Err(BackendError::NotFound(_))));
+}
+
+/// What the daemon's commands see: no `/dev/fuse` (no FUSE mounts of
+/// their own) and nothing of the Sandbox's private state directory (token,
+/// config, socket, the Store's mount point), while the daemon itself has
+/// both. The fake daemon runs each command through the real exec helper
+/// as uid 1500 and logs its exit status and output.
+pub fn commands_see_no_fuse_and_no_state(h: &dyn Harness) {
+    let b = h.backend();
+    let (info, _) = launch(
+        b,
+        &h.request(None),
+        &|info| install(h, info, "ok"),
+        Duration::from_secs(20),
+    )
+    .expect("launch");
+    let log = b.log_tail(&info.id, 50).unwrap();
+    let field = |key: &str| -> String {
+        log.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in the log: {log}"))
+            .to_string()
+    };
+    // The daemon has /dev/fuse, so the command's view is the one taking it away.
+    assert!(field("observed ").contains("dev_fuse=true"), "{log}");
+    // /dev lists fine, without fuse.
+    let dev = field("command_ls_dev=");
+    assert!(
+        dev.starts_with("exit=0 "),
+        "a command cannot list /dev: {dev}"
+    );
+    for want in ["null", "zero", "urandom", "tty", "pts", "shm"] {
+        assert!(
+            dev.split(['[', ']', ' ']).any(|w| w == want),
+            "/dev lacks {want}: {dev}"
+        );
+    }
+    assert!(
+        !dev.split(['[', ']', ' ']).any(|w| w == "fuse"),
+        "a command sees /dev/fuse: {dev}"
+    );
+    let fuse = field("command_stat_dev_fuse=");
+    assert!(
+        !fuse.starts_with("exit=0") && fuse.contains("No such file"),
+        "/dev/fuse exists for a command: {fuse}"
+    );
+    // The state directory: absent or an empty mask, never its files.
+    let state = field("command_ls_state_dir=");
+    assert!(
+        state == "exit=0 out=[]" || state.contains("No such file"),
+        "a command sees the state directory: {state}"
+    );
+    let token = std::fs::read_to_string(&info.token_file).unwrap();
+    let cat = field("command_cat_token=");
+    assert!(
+        !cat.starts_with("exit=0") && !cat.contains(token.trim()),
+        "a command read the token: {cat}"
+    );
+    b.stop(&info.id, Duration::from_secs(5)).expect("stop");
+    b.delete(&info.id).expect("delete");
 }
 
 /// B5: a daemon that exits before its marker ends the wait at once, with
