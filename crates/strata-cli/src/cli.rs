@@ -93,6 +93,10 @@ pub enum Command {
         /// Write into a non-empty directory, replacing what is in the way.
         #[arg(long)]
         force: bool,
+        /// Restore setuid/setgid bits and xattrs outside `user.` exactly as
+        /// stored (by default they are dropped, and counted).
+        #[arg(long)]
+        preserve_privileges: bool,
     },
     /// Object counts and sizes of the Store.
     #[command(after_help = "Example:\n  strata stats --json")]
