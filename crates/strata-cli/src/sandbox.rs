@@ -83,15 +83,21 @@ pub struct CreateArgs {
     /// none (loopback only) or host.
     #[arg(long, value_name = "none|host", value_enum, default_value = "none")]
     pub network: crate::cli::NetworkArg,
-    /// Memory limit: bytes, or with a K, M or G suffix.
+    /// Memory limit: bytes, or with a K, M or G suffix (default: half of
+    /// the host's RAM).
     #[arg(long, value_name = "SIZE", value_parser = crate::cli::byte_size)]
     pub memory: Option<u64>,
-    /// Most processes and threads at once.
+    /// Most processes and threads at once (default: 4096).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota).
+    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota;
+    /// default: none).
     #[arg(long, value_name = "CPUS", value_parser = crate::cli::cpu_millis)]
     pub cpu: Option<u64>,
+    /// No limits at all (not even the default memory and pids limits): a
+    /// command can then exhaust the host's memory or processes.
+    #[arg(long, conflicts_with_all = ["memory", "pids", "cpu"])]
+    pub no_limits: bool,
     /// Show commands this root filesystem (a directory, read-only) instead
     /// of the host's root.
     #[arg(long, value_name = "DIR")]
@@ -191,6 +197,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 pids: a.pids,
                 cpu_millis: a.cpu,
             };
+            spec.no_limits = a.no_limits;
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
             spec.docker_image = match (a.backend, a.image) {
                 (BackendArg::Native, Some(_)) => crate::cli::usage_error(

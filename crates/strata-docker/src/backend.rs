@@ -153,6 +153,11 @@ impl Backend for DockerBackend {
     }
 
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
+        // The default limits, as for the native backend; the record and
+        // the container get the result.
+        let mut resolved = req.clone();
+        resolved.limits = req.effective_limits()?;
+        let req = &resolved;
         if let Some(n) = &req.name {
             if !valid_name(n) {
                 return Err(invalid(

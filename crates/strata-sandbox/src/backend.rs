@@ -77,7 +77,15 @@ pub struct CreateRequest {
     /// Docker/microVM image reference, pinned by digest.
     pub image: Option<String>,
     pub network: Network,
+    /// Limits of the whole Sandbox. Unset memory and pids limits get the
+    /// host defaults ([`Limits::host_defaults`]: half of the RAM, 4,096
+    /// tasks) unless `no_limits` is set; the record holds the result.
     pub limits: Limits,
+    /// Opt out of the default limits: only what `limits` sets applies
+    /// (nothing, if it is empty). A command can then take the host down
+    /// with a fork bomb or a memory hog.
+    #[serde(default)]
+    pub no_limits: bool,
     /// B2: the Store directory the daemon serves Workspaces from. Commands
     /// never see it.
     pub store: PathBuf,
@@ -184,11 +192,30 @@ impl CreateRequest {
             image: None,
             network: Network::None,
             limits: Limits::default(),
+            no_limits: false,
             store: store.into(),
             mountpoints: vec![PathBuf::from("/workspace")],
             daemon_exe: None,
             expose: Vec::new(),
         }
+    }
+}
+
+impl CreateRequest {
+    /// The limits this Sandbox gets: `limits` with the host defaults for
+    /// what it leaves unset, or `limits` alone with `no_limits`.
+    pub fn effective_limits(&self) -> Result<Limits, BackendError> {
+        if self.no_limits {
+            return Ok(self.limits);
+        }
+        self.limits
+            .or_host_defaults()
+            .map_err(|e| BackendError::Invalid {
+                what: "default limits".into(),
+                message: format!(
+                    "{e} (set --memory and --pids explicitly, or --no-limits to run without)"
+                ),
+            })
     }
 }
 

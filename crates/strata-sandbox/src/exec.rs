@@ -50,6 +50,10 @@ pub enum ExecError {
     },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
+    #[error("exec: writing {value} to /proc/self/oom_score_adj: {source}")]
+    OomScoreAdj { value: i32, source: io::Error },
+    #[error("exec: keeping the commands' cgroup descriptor {fd} open for the daemon: {source}")]
+    KeepFd { fd: i32, source: io::Error },
     #[error("exec: PR_SET_SECUREBITS: {source}")]
     SecureBits { source: io::Error },
     #[error("exec: clearing the ambient capability set: {source}")]
@@ -96,6 +100,8 @@ impl ExecError {
             | ClearCaps { source }
             | NoNewPrivs { source }
             | Chdir { source, .. }
+            | OomScoreAdj { source, .. }
+            | KeepFd { source, .. }
             | Execve { source, .. } => source.raw_os_error(),
             Rlimit(RlimitError::Set { source, .. }) => source.raw_os_error(),
             Seccomp(InstallError::Install { source, .. }) => source.raw_os_error(),
@@ -104,6 +110,22 @@ impl ExecError {
             _ => None,
         }
     }
+}
+
+/// `oom_score_adj` of every command (proc(5)): the kernel's OOM killer,
+/// the Sandbox's memory cgroup's included, picks a command before anything
+/// else. Set by root, so it is also the command's floor
+/// (`oom_score_adj_min`): the command cannot lower it again.
+pub const COMMAND_OOM_SCORE_ADJ: i32 = 500;
+/// `oom_score_adj` of the Sandbox's monitor, PID 1 and daemon: never the
+/// OOM killer's choice, however many small processes the commands start.
+/// Inherited over fork and execve, hence reset for every command.
+pub const DAEMON_OOM_SCORE_ADJ: i32 = -1000;
+
+/// Write `value` to /proc/self/oom_score_adj. Lowering it needs
+/// CAP_SYS_RESOURCE (proc(5)): call as root, before any drop.
+pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
+    std::fs::write("/proc/self/oom_score_adj", value.to_string())
 }
 
 /// The securebits of every command: NOROOT, NOROOT_LOCKED,
@@ -159,6 +181,15 @@ fn drop_privileges_and_exec_inner(
     for r in &p.rlimits {
         r.apply()?;
     }
+
+    // 3a. oom_score_adj, while still root: the helper and PID 1 inherit
+    //     the daemon's -1000, which must not reach a command; written by a
+    //     privileged process it is also the floor the command cannot go
+    //     below (proc(5), oom_score_adj_min).
+    set_oom_score_adj(COMMAND_OOM_SCORE_ADJ).map_err(|source| ExecError::OomScoreAdj {
+        value: COMMAND_OOM_SCORE_ADJ,
+        source,
+    })?;
 
     // 4. Securebits (capabilities(7), "The securebits flags"), while we
     //    still have CAP_SETPCAP, each locked so that neither the command
@@ -466,6 +497,19 @@ fn execve_search(p: &PreparedExec) -> ExecError {
 pub fn exec_privileged(p: &PreparedExec) -> ExecError {
     if let Err(e) = reset_inherited_state().and_then(|()| apply_session(p.session)) {
         return e;
+    }
+    // The descriptors the daemon needs (the commands' cgroup), back from
+    // the close-on-exec that reset_inherited_state put on everything.
+    for &fd in &p.keep_fds {
+        // SAFETY: `fd` was inherited open from PID 1 (the monitor opened it
+        // before forking); borrowed only for this fcntl.
+        let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if let Err(e) = rustix::io::fcntl_setfd(bfd, rustix::io::FdFlags::empty()) {
+            return ExecError::KeepFd {
+                fd,
+                source: e.into(),
+            };
+        }
     }
     for r in &p.rlimits {
         if let Err(e) = r.apply() {

@@ -94,7 +94,10 @@ pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
     PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,
 };
-pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
+pub use internal::{
+    exec_helper_command, maybe_run_internal, parse_report, HelperCommand, HelperReport, EXEC_ARG,
+    INIT_ARG,
+};
 pub use mounts::{BindMount, MountError, RootFs};
 pub use native::NativeBackend;
 pub use net::{NetError, Network};

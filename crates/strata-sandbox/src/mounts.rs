@@ -318,8 +318,9 @@ pub(crate) fn mask(target: &Path) -> Result<(), MountError> {
 }
 
 /// Undo the escaping of mountinfo(5) fields (space, tab, newline and
-/// backslash are written as octal `\NNN`).
-pub(crate) fn unescape_mountinfo(field: &str) -> PathBuf {
+/// backslash are written as octal `\NNN`). Public for the daemon, which
+/// checks where a Workspace mount landed.
+pub fn unescape_mountinfo(field: &str) -> PathBuf {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

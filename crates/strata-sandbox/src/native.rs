@@ -351,6 +351,8 @@ impl Backend for NativeBackend {
             )?;
             let mut config = req.clone();
             config.store = store.clone();
+            // Recorded as applied: `sandbox inspect` shows the defaults.
+            config.limits = req.effective_limits()?;
             config.daemon_exe = Some(exe.clone());
             config.expose = checked.expose.clone();
             let rec = Record {

@@ -1,8 +1,9 @@
 //! Running a command in a fresh native Sandbox (namespaces + mounts +
 //! cgroup), from any process, including a multi-threaded one.
 //!
-//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init …` with a
-//! plain `std::process::Command` (fork+exec, nothing in `pre_exec`). That
+//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init FD` with a
+//! plain `std::process::Command` (fork+exec; `pre_exec` only clears
+//! close-on-exec on the settings memfd FD, see [`crate::internal`]). That
 //! binary must call [`crate::maybe_run_internal`] first thing in `main`;
 //! it then runs single-threaded as:
 //!
@@ -32,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
 use crate::exec::{ExecSpec, Failure, Identity, Session, SpecError};
-use crate::internal::{encode_argv, InitWire, INIT_ARG};
+use crate::internal::{init_command, InitWire, INIT_ARG};
 use crate::mounts::{BindMount, RootFs};
 use crate::net::Network;
 use crate::rlimit::Rlimit;
@@ -214,6 +215,10 @@ pub enum SpawnError {
     CurrentExe { source: io::Error },
     #[error("sandbox spawn: creating the report directory {path}: {source}")]
     ReportDir { path: PathBuf, source: io::Error },
+    #[error("sandbox spawn: passing the settings through a memfd or pipe: {source}")]
+    Settings { source: io::Error },
+    #[error("sandbox spawn: the commands' cgroup handed over by the Sandbox's init is unusable: {message}")]
+    CommandsCgroup { message: String },
     #[error("sandbox spawn: starting {exe} {INIT_ARG}: {source}")]
     Start { exe: PathBuf, source: io::Error },
 }
@@ -417,10 +422,12 @@ impl SandboxCommand {
             report: report.clone(),
         };
         let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args(encode_argv(INIT_ARG, &json, &self.env, &self.argv));
-        // The init needs no environment; the command's env travels in argv.
-        cmd.env_clear();
+        // Settings, argv and env in a memfd, never in argv (internal.rs).
+        let mut cmd = init_command(&exe, &json, &self.env, &self.argv).inspect_err(|_| {
+            if let Some(d) = &owned_dir {
+                let _ = fs::remove_dir_all(d);
+            }
+        })?;
         let [i, o, e] = self.stdio;
         if let Some(pgid) = self.process_group {
             std::os::unix::process::CommandExt::process_group(&mut cmd, pgid);

@@ -147,6 +147,20 @@ pub struct PreparedExec {
     pub(crate) identity: Identity,
     pub(crate) rlimits: Vec<Rlimit>,
     pub(crate) session: Session,
+    /// Descriptors [`crate::exec::exec_privileged`] keeps open across
+    /// `execve` (every other one is closed): the commands' cgroup for the
+    /// daemon, named to it in [`crate::internal::COMMANDS_CGROUP_ENV`].
+    pub(crate) keep_fds: Vec<i32>,
+}
+
+impl PreparedExec {
+    /// Add `NAME=VALUE` to the environment (both already validated: no
+    /// '=' in the name, no NUL anywhere).
+    pub(crate) fn push_env(&mut self, name: &str, value: &str) {
+        if let Ok(c) = CString::new(format!("{name}={value}")) {
+            self.envp.push(c);
+        }
+    }
 }
 
 impl ExecSpec {
@@ -225,6 +239,7 @@ impl ExecSpec {
             identity: self.identity,
             rlimits,
             session: self.session,
+            keep_fds: Vec::new(),
         })
     }
 }

@@ -6,10 +6,9 @@
 //!
 //! * Default Workspace mount path: `/workspace` (an empty mount point the
 //!   backend creates in the Sandbox's view).
-//! * Exec failure reports: the daemon's run directory is
-//!   `/tmp/.strata-execs` in the Sandbox's private /tmp, because the exec
-//!   helper may fail after dropping to the command's uid, which cannot
-//!   reach the 0700 state directory.
+//! * Limits: unless [`SandboxSpec::no_limits`], memory and pids limits
+//!   the spec leaves unset get the host defaults (half of the RAM, 4,096
+//!   tasks); the Sandbox's info records what applies.
 //! * Restart: [`Sandbox::restart`] runs the backend's B4–B6 again on a
 //!   stopped Sandbox; its daemon (config `recover_workspaces`) mounts the
 //!   Workspaces it finds recorded in its scratch directory again.
@@ -42,8 +41,6 @@ pub use strata_sandbox::{Expose, Limits, Network};
 
 /// Default mount path of a Workspace.
 pub const DEFAULT_MOUNT: &str = "/workspace";
-/// Where the daemon keeps per-exec failure reports (inside the Sandbox).
-const RUN_DIR: &str = "/tmp/.strata-execs";
 /// How long a lookup by Workspace or exec ID waits for one daemon: a hung
 /// Sandbox must not hang `strata ws` / `strata exec` for all the others.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -69,8 +66,13 @@ pub struct SandboxSpec {
     pub labels: BTreeMap<String, String>,
     /// `None` (loopback only, the default) or `Host`.
     pub network: Network,
-    /// Memory, pids and CPU limits (cgroups).
+    /// Memory, pids and CPU limits (cgroups). Unset memory and pids get
+    /// the defaults (half of the host's RAM, 4,096 tasks) unless
+    /// `no_limits` is set.
     pub limits: Limits,
+    /// No default limits: only what `limits` sets applies. A command can
+    /// then exhaust the host's memory or pids.
+    pub no_limits: bool,
     /// A directory holding a root filesystem (e.g. an unpacked image) to
     /// show commands, read-only, instead of the host's root. It must have
     /// what the commands run (a missing program is
@@ -110,6 +112,7 @@ impl SandboxSpec {
             labels: BTreeMap::new(),
             network: Network::None,
             limits: Limits::default(),
+            no_limits: false,
             rootfs: None,
             daemon_exe: None,
             state_dir: None,
@@ -636,6 +639,7 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     req.labels = spec.labels.clone();
     req.network = spec.network;
     req.limits = spec.limits;
+    req.no_limits = spec.no_limits;
     req.daemon_exe = spec.daemon_exe.clone();
     req.expose = checked_expose(&spec.expose)?;
     if let Some(dir) = &spec.rootfs {
@@ -665,7 +669,6 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     );
     cfg.helper_exe = Some(d.exe.clone());
     cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
-    cfg.run_dir = Some(PathBuf::from(RUN_DIR));
     // The scratch directory is this Sandbox's alone: a restarted daemon
     // mounts its Workspaces again (Sandbox::restart).
     cfg.recover_workspaces = true;

@@ -135,8 +135,8 @@ fn daemon_pid(sb: &Sandbox) -> u32 {
         })
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no monitor pid in {:?}", sb.info().handle));
-    // The init's argv carries the daemon's argv after `--`: the daemon is
-    // the process whose argv[1] is the marker argument.
+    // The daemon is the process whose argv[1] is its subcommand (the
+    // init's argv holds only its own role and a descriptor number).
     descendants_of(monitor)
         .into_iter()
         .find(|p| {
