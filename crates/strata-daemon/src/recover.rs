@@ -150,7 +150,7 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
         .mount(at, &mount_options(ws.id()))
         .map_err(crate::error::ws_error)?;
     let fsname = mount_options(ws.id()).fsname;
-    let landed = std::fs::read_to_string("/proc/self/mountinfo")
+    let landed = std::fs::read_to_string(strata_sandbox::mounts::MOUNTINFO)
         .map(|t| mount_points_of(&t, &fsname))
         .unwrap_or_default();
     if landed.len() == 1 && landed[0] == at {
@@ -180,14 +180,10 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
 /// (mountinfo(5): field 5 is the mount point, the source follows " - "
 /// and the filesystem type).
 fn mount_points_of(mountinfo: &str, fsname: &str) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let source = right.split(' ').nth(1)?;
-            let point = left.split(' ').nth(4)?;
-            (source == fsname).then(|| strata_sandbox::mounts::unescape_mountinfo(point))
-        })
+    strata_sandbox::mounts::parse_mountinfo(mountinfo)
+        .into_iter()
+        .filter(|m| m.source == fsname)
+        .map(|m| m.mount_point)
         .collect()
 }
 

@@ -207,7 +207,7 @@ pub async fn mount(
     let ddir = records.join(format!("d-{:016x}", rand::random::<u64>()));
     std::fs::create_dir(&ddir).map_err(io("create the daemon directory", &ddir))?;
     set_mode(&ddir, 0o700)?;
-    let token = strata_daemon::new_token();
+    let token = strata_daemon::new_token().map_err(io("make a token for", &ddir))?;
     let token_file = ddir.join("token");
     strata_daemon::write_token(&token_file, &token).map_err(io("write the token", &token_file))?;
     let socket = ddir.join("daemon.sock");
@@ -323,7 +323,7 @@ fn wait_marker(out_file: &Path, child: &mut std::process::Child, log: &Path) -> 
         }
         if s.lines()
             .next()
-            .is_some_and(|l| l.starts_with("STRATA-DAEMON-READY "))
+            .is_some_and(strata_sandbox::backend::marker::is_marker)
         {
             return Ok(());
         }
