@@ -19,9 +19,8 @@
 //! record are left as they are, so nothing is lost and a later start may
 //! try again.
 
-use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -218,16 +217,7 @@ pub(crate) fn record_mount(
     };
     let bytes = serde_json::to_vec_pretty(&rec).expect("a mount record serializes");
     let dst = record_path(config, id);
-    let tmp = dst.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
-        .map_err(|e| fail("write", &tmp, e))?;
-    std::fs::rename(&tmp, &dst).map_err(|e| fail("rename into place", &dst, e))
+    crate::write_private(&dst, &bytes).map_err(|e| fail("write", &dst, e))
 }
 
 /// Forget Workspace `id`'s mount (it is being unmounted on request): a
