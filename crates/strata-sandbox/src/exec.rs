@@ -385,10 +385,9 @@ pub const DEV_FUSE: &str = "/dev/fuse";
 
 /// How many mounts sit on `path` in this mount namespace (mountinfo(5), field 5).
 fn mounts_on(path: &str) -> io::Result<usize> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(path))
+    Ok(crate::mounts::read_mountinfo()?
+        .iter()
+        .filter(|m| m.mount_point.as_os_str() == path)
         .count())
 }
 
