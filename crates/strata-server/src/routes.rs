@@ -267,7 +267,7 @@ fn entry_at(store: &Store, commit: ObjectId, path: &str, reference: &str) -> App
         .ok_or_else(|| ApiError::not_found(format!("path not found: {path:?} in {reference}")))
 }
 
-#[utoipa::path(get, path = "/v1/healthz", security(()),
+#[utoipa::path(get, tag = "server", path = "/v1/healthz", security(()),
     responses((status = 200, description = "The server answers", body = Healthz)))]
 pub(crate) async fn healthz() -> Json<Healthz> {
     Json(Healthz {
@@ -275,7 +275,7 @@ pub(crate) async fn healthz() -> Json<Healthz> {
     })
 }
 
-#[utoipa::path(get, path = "/v1/openapi.json",
+#[utoipa::path(get, tag = "server", path = "/v1/openapi.json",
     responses(
         (status = 200, description = "This document (OpenAPI 3.1)", content_type = "application/json"),
         (status = 401, description = "Missing, wrong or revoked token", body = ErrorBody)))]
@@ -287,7 +287,7 @@ pub(crate) async fn openapi_json() -> Response {
         .into_response()
 }
 
-#[utoipa::path(get, path = "/v1/projects",
+#[utoipa::path(get, tag = "store", path = "/v1/projects",
     responses(
         (status = 200, description = "Projects this token sees", body = ProjectList),
         (status = 401, description = "Missing, wrong or revoked token", body = ErrorBody)))]
@@ -305,7 +305,7 @@ pub(crate) async fn list_projects(
     }))
 }
 
-#[utoipa::path(post, path = "/v1/projects", request_body = CreateProject,
+#[utoipa::path(post, tag = "store", path = "/v1/projects", request_body = CreateProject,
     responses(
         (status = 201, description = "Created, with an empty `main` branch", body = Project),
         (status = 400, description = "Invalid name or malformed JSON", body = ErrorBody),
@@ -347,7 +347,7 @@ pub(crate) async fn create_project(
     ))
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/branches",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/branches",
     params(("project" = String, Path, description = "Project name")),
     responses(
         (status = 200, description = "Branches and heads", body = BranchList),
@@ -373,7 +373,7 @@ pub(crate) async fn list_branches(
     }))
 }
 
-#[utoipa::path(post, path = "/v1/projects/{project}/branches", request_body = CreateBranch,
+#[utoipa::path(post, tag = "store", path = "/v1/projects/{project}/branches", request_body = CreateBranch,
     params(("project" = String, Path, description = "Project name")),
     responses(
         (status = 201, description = "Created", body = Branch),
@@ -411,7 +411,7 @@ pub(crate) async fn create_branch(
     ))
 }
 
-#[utoipa::path(delete, path = "/v1/projects/{project}/branches/{branch}",
+#[utoipa::path(delete, tag = "store", path = "/v1/projects/{project}/branches/{branch}",
     params(("project" = String, Path, description = "Project name"),
            ("branch" = String, Path, description = "Branch name")),
     responses(
@@ -434,7 +434,7 @@ pub(crate) async fn delete_branch(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/log",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/log",
     params(("project" = String, Path, description = "Project name"), LogQuery),
     responses(
         (status = 200, description = "Commits, newest first", body = LogResponse),
@@ -462,7 +462,7 @@ pub(crate) async fn log(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/diff",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/diff",
     params(("project" = String, Path, description = "Project name"), DiffQuery),
     responses(
         (status = 200, description = "Changed paths", body = DiffResponse),
@@ -493,7 +493,7 @@ pub(crate) async fn diff(
     }))
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/ls",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/ls",
     params(("project" = String, Path, description = "Project name"), PathQuery),
     responses(
         (status = 200, description = "A directory's entries, or the one entry a path names", body = LsResponse),
@@ -525,7 +525,7 @@ pub(crate) async fn ls(
     Ok(Json(LsResponse { entries }))
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/stat",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/stat",
     params(("project" = String, Path, description = "Project name"), PathQuery),
     responses(
         (status = 200, description = "The entry at `path`", body = Entry),
@@ -594,7 +594,7 @@ fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()> {
     Ok(Some(range))
 }
 
-#[utoipa::path(get, path = "/v1/projects/{project}/cat",
+#[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/cat",
     params(("project" = String, Path, description = "Project name"), PathQuery,
            ("Range" = Option<String>, Header, description = "One byte range, `bytes=START-END`, `bytes=START-` or `bytes=-SUFFIX`")),
     responses(

@@ -33,7 +33,7 @@ fn mode_of(i: usize, path: &str, mode: Option<u32>, default: u32) -> AppResult<u
     }
 }
 
-#[utoipa::path(post, path = "/v1/projects/{project}/branches/{branch}/commits", request_body = ChangeSet,
+#[utoipa::path(post, tag = "store", path = "/v1/projects/{project}/branches/{branch}/commits", request_body = ChangeSet,
     params(("project" = String, Path, description = "Project name"),
            ("branch" = String, Path, description = "Branch name")),
     responses(

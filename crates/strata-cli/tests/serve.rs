@@ -1,0 +1,757 @@
+//! `strata serve` end to end: the real binary on a temporary Unix socket
+//! (and loopback TCP), spoken to over plain HTTP/1.1, with results read
+//! back from the Store by the `strata` CLI on the Store directory itself.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+
+use base64::Engine;
+use common::{Env, BIN};
+use serde_json::{json, Value};
+
+/// A running `strata serve`, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(env: &Env, extra: &[&str]) -> Server {
+        let mut c = std::process::Command::new(BIN);
+        c.env_remove("STRATA_STORE")
+            .env_remove("XDG_DATA_HOME")
+            .arg("--store")
+            .arg(&env.store)
+            .arg("--json")
+            .arg("serve")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn strata serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the ready line");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("ready line is not JSON ({e}): {line:?}"));
+        let addr = v["listening"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no listening in {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    fn unix(env: &Env) -> Server {
+        let sock = env.path("s.sock");
+        Server::start(env, &["--listen", &format!("unix:{}", sock.display())])
+    }
+
+    fn req(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Resp {
+        let b = body.map(|v| serde_json::to_vec(v).unwrap());
+        self.raw(method, path, token, b.as_deref(), "application/json", &[])
+    }
+
+    fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        ctype: &str,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n");
+        if let Some(t) = token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if let Some(b) = body {
+            req.push_str(&format!(
+                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body.unwrap_or(b""));
+        let raw = if let Some(p) = self.addr.strip_prefix("unix:") {
+            exchange(UnixStream::connect(p).expect("connect"), &bytes)
+        } else {
+            let a = self.addr.strip_prefix("tcp:").unwrap();
+            exchange(std::net::TcpStream::connect(a).expect("connect"), &bytes)
+        };
+        parse(&raw)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send everything, then read the whole answer. A server that answers
+/// from the head alone (401, 413) may close before the body is written:
+/// a failed write is tolerated, the answer is still readable (unix(7)).
+fn exchange<S: Read + Write>(mut s: S, bytes: &[u8]) -> Vec<u8> {
+    let _ = s.write_all(bytes);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    raw
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    fn header(&self, k: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn parse(raw: &[u8]) -> Resp {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = Vec::new();
+        loop {
+            let nl = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("chunk size");
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
+                .unwrap();
+            rest = &rest[nl + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        out
+    } else {
+        rest.to_vec()
+    };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn token(env: &Env, projects: &[&str]) -> (String, String) {
+    let mut args = vec!["token", "create"];
+    for p in projects {
+        args.push("--project");
+        args.push(p);
+    }
+    let v = env.json(&args);
+    (
+        v["token"].as_str().unwrap().to_string(),
+        v["id"].as_str().unwrap().to_string(),
+    )
+}
+
+fn head(env: &Env, branch: &str) -> String {
+    env.json(&["log", branch, "-n", "1"])[0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn log_len(env: &Env, branch: &str) -> usize {
+    env.json(&["log", branch]).as_array().unwrap().len()
+}
+
+fn create_project(s: &Server, t: &str, name: &str) -> String {
+    let r = s.req(
+        "POST",
+        "/v1/projects",
+        Some(t),
+        Some(&json!({ "name": name })),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["head"].as_str().unwrap().to_string()
+}
+
+fn commit(s: &Server, t: &str, branch_path: &str, expected: &str, changes: Value) -> Resp {
+    s.req(
+        "POST",
+        &format!("/v1/projects/{branch_path}/commits"),
+        Some(t),
+        Some(&json!({"expected_head": expected, "message": "via api", "changes": changes})),
+    )
+}
+
+#[test]
+fn a_change_set_is_one_commit_read_back_through_the_api_and_the_store() {
+    let env = Env::new();
+    let (t, id) = token(&env, &[]);
+    let s = Server::unix(&env);
+    // The socket is 0600.
+    let sock = PathBuf::from(s.addr.strip_prefix("unix:").unwrap());
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&sock).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+
+    let h0 = create_project(&s, &t, "web");
+    let bin: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
+    let r = commit(
+        &s,
+        &t,
+        "web/branches/main",
+        &h0,
+        json!([
+            {"op": "put", "path": "src/index.html", "content": "<h1>hi</h1>\n"},
+            {"op": "put", "path": "bin/tool", "content_base64":
+                base64::engine::general_purpose::STANDARD.encode(&bin), "mode": 0o755},
+            {"op": "symlink", "path": "latest", "target": "src/index.html"},
+            {"op": "mkdir", "path": "empty"}
+        ]),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let c1 = r.json()["commit"].as_str().unwrap().to_string();
+    assert_eq!(r.json()["parent"], h0.as_str());
+
+    // Read back from the Store directly, not through the server.
+    assert_eq!(head(&env, "web/main"), c1);
+    assert_eq!(
+        env.ok(&["cat", "web/main", "src/index.html"]),
+        b"<h1>hi</h1>\n"
+    );
+    assert_eq!(env.ok(&["cat", "web/main", "bin/tool"]), bin);
+    let ls = env.json(&["ls", "web/main"]);
+    let names: Vec<&str> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bin", "empty", "latest", "src"]);
+    let log = env.json(&["log", "web/main", "-n", "1"]);
+    assert_eq!(log[0]["message"], "via api");
+    assert_eq!(log[0]["metadata"]["strata.serve.token"], id.as_str());
+
+    // And through the API: cat (whole and a range), stat, ls, log, diff.
+    let r = s.req(
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=bin/tool",
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, bin);
+    let r = s.raw(
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=bin/tool",
+        Some(&t),
+        None,
+        "",
+        &[("Range", "bytes=1000-1999")],
+    );
+    assert_eq!(r.status, 206, "{}", r.text());
+    assert_eq!(r.body, &bin[1000..2000]);
+    assert_eq!(r.header("content-range"), Some("bytes 1000-1999/300000"));
+    let r = s.raw(
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=bin/tool",
+        Some(&t),
+        None,
+        "",
+        &[("Range", "bytes=300000-")],
+    );
+    assert_eq!(r.status, 416, "{}", r.text());
+    let r = s.req(
+        "GET",
+        &format!("/v1/projects/web/stat?ref={}&path=bin/tool", &c1[..12]),
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["mode"], 0o755);
+    assert_eq!(r.json()["size"], 300_000);
+    assert_eq!(r.json()["type"], "file");
+    let r = s.req(
+        "GET",
+        "/v1/projects/web/stat?ref=main&path=latest",
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.json()["target"], "src/index.html");
+    let r = s.req(
+        "GET",
+        "/v1/projects/web/ls?ref=main&path=src",
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.json()["entries"][0]["name"], "index.html");
+    let r = s.req("GET", "/v1/projects/web/log?ref=main", Some(&t), None);
+    assert_eq!(r.json()["commits"].as_array().unwrap().len(), 2);
+    let r = s.req(
+        "GET",
+        &format!("/v1/projects/web/diff?from={h0}&to=main"),
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("\"src/index.html\""), "{}", r.text());
+
+    // A stale expected head: 409 with the actual head, nothing written.
+    let before = log_len(&env, "web/main");
+    let r = commit(
+        &s,
+        &t,
+        "web/branches/main",
+        &h0,
+        json!([{"op": "put", "path": "x", "content": "lost"}]),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "conflict");
+    assert_eq!(r.json()["error"]["actual_head"], c1.as_str());
+    assert_eq!(log_len(&env, "web/main"), before);
+    assert_eq!(head(&env, "web/main"), c1);
+    env.fails(&["cat", "web/main", "x"], 1);
+
+    // Delete, chmod and replace in one commit; a bad change in a set
+    // writes nothing.
+    let r = commit(
+        &s,
+        &t,
+        "web/branches/main",
+        &c1,
+        json!([
+            {"op": "delete", "path": "latest"},
+            {"op": "chmod", "path": "bin/tool", "mode": 0o700},
+            {"op": "delete", "path": "nope"}
+        ]),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(head(&env, "web/main"), c1);
+    let r = commit(
+        &s,
+        &t,
+        "web/branches/main",
+        &c1,
+        json!([
+            {"op": "delete", "path": "latest"},
+            {"op": "chmod", "path": "bin/tool", "mode": 0o700},
+            {"op": "put", "path": "src/index.html", "content": "v2"}
+        ]),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(env.ok(&["cat", "web/main", "src/index.html"]), b"v2");
+    env.fails(&["cat", "web/main", "latest"], 1);
+    let st = env.json(&["ls", "web/main", "bin/tool"]);
+    let st = if st.is_array() { st[0].clone() } else { st };
+    assert_eq!(st["mode"], "0700", "{st}");
+
+    // Branches: create from REF, list, delete.
+    let r = s.req(
+        "POST",
+        "/v1/projects/web/branches",
+        Some(&t),
+        Some(&json!({"name": "agent-1", "from": "main"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(env.ok(&["cat", "web/agent-1", "src/index.html"]), b"v2");
+    let r = s.req("GET", "/v1/projects/web/branches", Some(&t), None);
+    assert_eq!(r.json()["branches"].as_array().unwrap().len(), 2);
+    let r = s.req(
+        "DELETE",
+        "/v1/projects/web/branches/agent-1",
+        Some(&t),
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    env.fails(&["log", "web/agent-1"], 1);
+}
+
+#[test]
+fn a_scoped_token_sees_and_touches_only_its_projects() {
+    let env = Env::new();
+    let (admin, _) = token(&env, &[]);
+    let (scoped, _) = token(&env, &["a"]);
+    let s = Server::unix(&env);
+    let ha = create_project(&s, &admin, "a");
+    let hb = create_project(&s, &admin, "b");
+    let r = commit(
+        &s,
+        &admin,
+        "b/branches/main",
+        &hb,
+        json!([{"op": "put", "path": "secret", "content": "b's"}]),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let b1 = r.json()["commit"].as_str().unwrap().to_string();
+
+    let r = s.req("GET", "/v1/projects", Some(&scoped), None);
+    assert_eq!(r.json()["projects"], json!(["a"]));
+    for path in [
+        "/v1/projects/b/branches".to_string(),
+        "/v1/projects/b/log?ref=main".to_string(),
+        "/v1/projects/b/cat?ref=main&path=secret".to_string(),
+        "/v1/projects/b/ls?ref=main".to_string(),
+        format!("/v1/projects/a/cat?ref={b1}&path=secret"),
+        format!("/v1/projects/a/log?ref={}", &b1[..10]),
+    ] {
+        let r = s.req("GET", &path, Some(&scoped), None);
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert!(!r.text().contains("b's"));
+    }
+    // Out of scope reads exactly like a project that does not exist.
+    let r1 = s.req("GET", "/v1/projects/b/branches", Some(&scoped), None);
+    let r2 = s.req("GET", "/v1/projects/zz/branches", Some(&admin), None);
+    assert_eq!(r1.text(), r2.text().replace("zz", "b"));
+    // It cannot write there, branch there, or fork b's history into a.
+    let r = commit(
+        &s,
+        &scoped,
+        "b/branches/main",
+        &b1,
+        json!([{"op": "put", "path": "secret", "content": "mine"}]),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(env.ok(&["cat", "b/main", "secret"]), b"b's");
+    assert_eq!(head(&env, "b/main"), b1);
+    let r = s.req(
+        "POST",
+        "/v1/projects/a/branches",
+        Some(&scoped),
+        Some(&json!({"name": "steal", "from": b1})),
+    );
+    assert_eq!(r.status, 404, "{}", r.text());
+    env.fails(&["log", "a/steal"], 1);
+    let r = s.req(
+        "DELETE",
+        "/v1/projects/b/branches/main",
+        Some(&scoped),
+        None,
+    );
+    assert_eq!(r.status, 404);
+    assert_eq!(head(&env, "b/main"), b1);
+    let r = s.req(
+        "POST",
+        "/v1/projects",
+        Some(&scoped),
+        Some(&json!({"name": "c"})),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    // Its own project works, commit ids of its history included.
+    let r = commit(
+        &s,
+        &scoped,
+        "a/branches/main",
+        &ha,
+        json!([{"op": "put", "path": "f", "content": "a's"}]),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = s.req(
+        "GET",
+        &format!("/v1/projects/a/log?ref={}", &ha[..8]),
+        Some(&scoped),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(env.ok(&["cat", "a/main", "f"]), b"a's");
+}
+
+#[test]
+fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
+    let env = Env::new();
+    let (t, id) = token(&env, &[]);
+    let s = Server::start(
+        &env,
+        &[
+            "--listen",
+            &format!("unix:{}", env.path("s.sock").display()),
+            "--max-body-mib",
+            "1",
+        ],
+    );
+    let h0 = create_project(&s, &t, "p");
+
+    // Authentication.
+    let r = s.req("GET", "/v1/healthz", None, None);
+    assert_eq!((r.status, r.json()["status"].clone()), (200, json!("ok")));
+    for bad in [
+        None,
+        Some("nope"),
+        Some(&t[..t.len() - 1]),
+        Some("strata_00_00"),
+    ] {
+        let r = s.req("GET", "/v1/projects", bad, None);
+        assert_eq!(r.status, 401, "{bad:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "unauthorized");
+    }
+    let r = s.req("GET", "/v1/openapi.json", None, None);
+    assert_eq!(r.status, 401);
+    env.ok(&["token", "revoke", &id]);
+    let r = s.req("GET", "/v1/projects", Some(&t), None);
+    assert_eq!(r.status, 401, "a revoked token still works: {}", r.text());
+    let (t, _) = token(&env, &[]);
+
+    // 413, 422, 415, 400.
+    let big = json!({"expected_head": h0, "changes": [{"op": "put", "path": "big", "content": "x".repeat(2 << 20)}]});
+    let r = s.req(
+        "POST",
+        "/v1/projects/p/branches/main/commits",
+        Some(&t),
+        Some(&big),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(log_len(&env, "p/main"), 1);
+    let r = s.req(
+        "POST",
+        "/v1/projects",
+        Some(&t),
+        Some(&json!({"name": "q", "colour": "red"})),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("colour"), "{}", r.text());
+    let r = s.raw(
+        "POST",
+        "/v1/projects",
+        Some(&t),
+        Some(br#"{"name":"q"}"#),
+        "text/plain",
+        &[],
+    );
+    assert_eq!(r.status, 415, "{}", r.text());
+    let r = s.raw(
+        "POST",
+        "/v1/projects",
+        Some(&t),
+        Some(b"{\"name\":"),
+        "application/json",
+        &[],
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "invalid_json");
+    env.fails(&["log", "q/main"], 1);
+
+    // A mutated-body corpus on every route: never a 5xx.
+    let c = commit(
+        &s,
+        &t,
+        "p/branches/main",
+        &h0,
+        json!([{"op": "put", "path": "a/b", "content": "x"}]),
+    );
+    let c1 = c.json()["commit"].as_str().unwrap().to_string();
+    let routes: Vec<(&str, String)> = vec![
+        ("GET", "/v1/projects".into()),
+        ("POST", "/v1/projects".into()),
+        ("GET", "/v1/projects/p/branches".into()),
+        ("POST", "/v1/projects/p/branches".into()),
+        ("DELETE", "/v1/projects/p/branches/zz".into()),
+        ("POST", "/v1/projects/p/branches/main/commits".into()),
+        ("GET", "/v1/projects/p/log?ref=main".into()),
+        ("GET", "/v1/projects/p/diff?from=main&to=main".into()),
+        ("GET", "/v1/projects/p/ls?ref=main".into()),
+        ("GET", "/v1/projects/p/stat?ref=main&path=a".into()),
+        ("GET", "/v1/projects/p/cat?ref=main&path=a/b".into()),
+    ];
+    let bodies: Vec<Vec<u8>> = vec![
+        b"".to_vec(),
+        b"null".to_vec(),
+        b"[]".to_vec(),
+        b"\"x\"".to_vec(),
+        b"{}".to_vec(),
+        b"{\"name\": 5}".to_vec(),
+        b"{\"name\": \"../x\"}".to_vec(),
+        b"{\"name\": \"\\u0000\"}".to_vec(),
+        b"{\"name\": \"ok\", \"from\": \"../../etc\"}".to_vec(),
+        vec![0xff, 0xfe, 0x00],
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": []}}").into_bytes(),
+        format!("{{\"expected_head\": \"zz\", \"changes\": [{{\"op\": \"put\", \"path\": \"a\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"/etc/x\", \"content\": \"\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"a/b/c\", \"content\": \"\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"a\", \"content\": \"\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"chmod\", \"path\": \"a\", \"mode\": 99999}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"q\", \"content_base64\": \"!!\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"symlink\", \"path\": \"a/./b\", \"target\": \"\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"frob\", \"path\": \"a\"}}]}}").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"delete\", \"path\": \"{}\"}}]}}", "d/".repeat(3000) + "x").into_bytes(),
+        format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"mkdir\", \"path\": \"{}\"}}]}}", "n".repeat(300)).into_bytes(),
+        "[".repeat(10_000).into_bytes(),
+    ];
+    let queries = [
+        "",
+        "?ref=",
+        "?ref=..%2F..",
+        "?ref=main&path=%00",
+        "?ref=main&path=a//b",
+        "?ref=main&limit=-1",
+        "?ref=ffffffff",
+        "?x=1",
+        "?ref=main&path=../a",
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    for (method, path) in &routes {
+        for body in &bodies {
+            let r = s.raw(method, path, Some(&t), Some(body), "application/json", &[]);
+            assert!(
+                r.status < 500,
+                "{method} {path} {:?}: {} {}",
+                String::from_utf8_lossy(body),
+                r.status,
+                r.text()
+            );
+            if r.status >= 400 && r.status != 405 {
+                assert!(
+                    r.json()["error"]["message"].is_string(),
+                    "{method} {path}: {}",
+                    r.text()
+                );
+            }
+            seen.insert(r.status);
+        }
+        let base = path.split('?').next().unwrap();
+        for q in queries {
+            let r = s.raw(method, &format!("{base}{q}"), Some(&t), None, "", &[]);
+            assert!(
+                r.status < 500,
+                "{method} {base}{q}: {} {}",
+                r.status,
+                r.text()
+            );
+        }
+    }
+    assert!(seen.contains(&400) && seen.contains(&422), "{seen:?}");
+    // The server still answers, and the branch is where it was.
+    let r = s.req("GET", "/v1/projects/p/branches", Some(&t), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(head(&env, "p/main"), c1);
+    let out = env.json(&["fsck"]);
+    assert!(
+        out.to_string().contains("\"ok\":true")
+            || out["ok"] == true
+            || out["problems"].as_array().is_some_and(|p| p.is_empty()),
+        "{out}"
+    );
+}
+
+#[test]
+fn tokens_survive_a_killed_server_and_tcp_is_loopback_only() {
+    let env = Env::new();
+    let (t, _) = token(&env, &["w"]);
+    let list = env.json(&["token", "list"]);
+    assert!(
+        !list.to_string().contains(&t[t.len() - 64..]),
+        "token list shows the secret: {list}"
+    );
+    assert_eq!(list["tokens"][0]["projects"], json!(["w"]));
+    let stored = std::fs::read_to_string(env.store.join("server-tokens.json")).unwrap();
+    assert!(
+        !stored.contains(&t[t.len() - 64..]),
+        "the secret is stored in clear"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(env.store.join("server-tokens.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    let mut s = Server::unix(&env);
+    create_project(&s, &t, "w");
+    // SIGKILL: no cleanup; the stale socket is replaced by the next start.
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let s = Server::unix(&env);
+    let r = s.req("GET", "/v1/projects/w/branches", Some(&t), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A second server on the same live socket is refused.
+    let out = env
+        .cmd(&[
+            "serve",
+            "--listen",
+            &format!("unix:{}", env.path("s.sock").display()),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already served"));
+
+    let tcp = Server::start(&env, &["--listen", "tcp:127.0.0.1:0"]);
+    assert!(tcp.addr.starts_with("tcp:127.0.0.1:"), "{}", tcp.addr);
+    let r = tcp.req("GET", "/v1/projects", Some(&t), None);
+    assert_eq!(r.json()["projects"], json!(["w"]));
+    let r = tcp.req("GET", "/v1/projects", None, None);
+    assert_eq!(r.status, 401);
+    let err = env.fails(&["serve", "--listen", "tcp:0.0.0.0:7878"], 1);
+    assert!(err.contains("TLS is not built yet"), "{err}");
+
+    // Graceful shutdown on SIGTERM: exits 0 and removes its socket.
+    let mut g = Server::start(
+        &env,
+        &[
+            "--listen",
+            &format!("unix:{}", env.path("g.sock").display()),
+        ],
+    );
+    let pid = rustix::process::Pid::from_raw(g.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let st = g.child.wait().unwrap();
+    assert!(st.success(), "{st:?}");
+    assert!(!Path::new(&env.path("g.sock")).exists());
+}
+
+#[test]
+fn the_served_openapi_document_is_the_checked_in_one() {
+    let env = Env::new();
+    let (t, _) = token(&env, &[]);
+    let s = Server::unix(&env);
+    let r = s.req("GET", "/v1/openapi.json", Some(&t), None);
+    assert_eq!(r.status, 200);
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api/server-openapi.json");
+    let checked_in = std::fs::read_to_string(&file).unwrap_or_default();
+    assert!(
+        r.text() == checked_in,
+        "the served OpenAPI document differs from {}: regenerate it with \
+         `STRATA_WRITE_OPENAPI=1 cargo test -p strata-server --test openapi`",
+        file.display()
+    );
+    assert_eq!(r.json()["openapi"].as_str().unwrap().get(..3), Some("3.1"));
+}
