@@ -35,8 +35,10 @@ pub enum TokenCmd {
         projects: Vec<String>,
     },
     /// List tokens: ids, scopes, creation times (never the secrets).
+    #[command(after_help = "Example:\n  strata --json token list")]
     List,
     /// Revoke a token by id; a running server refuses it from the next request.
+    #[command(after_help = "Example:\n  strata token revoke 3f9a0c1d2e4b5a69")]
     Revoke {
         /// The id from `strata token list`.
         id: String,

@@ -604,7 +604,7 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
         b"{\"name\": \"ok\", \"from\": \"../../etc\"}".to_vec(),
         vec![0xff, 0xfe, 0x00],
         format!("{{\"expected_head\": \"{c1}\", \"changes\": []}}").into_bytes(),
-        format!("{{\"expected_head\": \"zz\", \"changes\": [{{\"op\": \"put\", \"path\": \"a\"}}]}}").into_bytes(),
+        br#"{"expected_head": "zz", "changes": [{"op": "put", "path": "a"}]}"#.to_vec(),
         format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"/etc/x\", \"content\": \"\"}}]}}").into_bytes(),
         format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"a/b/c\", \"content\": \"\"}}]}}").into_bytes(),
         format!("{{\"expected_head\": \"{c1}\", \"changes\": [{{\"op\": \"put\", \"path\": \"a\", \"content\": \"\"}}]}}").into_bytes(),
