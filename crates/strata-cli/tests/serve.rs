@@ -591,6 +591,11 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
         ("GET", "/v1/projects/p/ls?ref=main".into()),
         ("GET", "/v1/projects/p/stat?ref=main&path=a".into()),
         ("GET", "/v1/projects/p/cat?ref=main&path=a/b".into()),
+        ("GET", "/v1/projects/p/tar?ref=main".into()),
+        (
+            "POST",
+            format!("/v1/projects/p/branches/main/tar?expected_head={c1}"),
+        ),
     ];
     let bodies: Vec<Vec<u8>> = vec![
         b"".to_vec(),
@@ -630,7 +635,12 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
     let mut seen = std::collections::BTreeSet::new();
     for (method, path) in &routes {
         for body in &bodies {
-            let r = s.raw(method, path, Some(&t), Some(body), "application/json", &[]);
+            let ctype = if path.contains("/tar?") {
+                "application/x-tar"
+            } else {
+                "application/json"
+            };
+            let r = s.raw(method, path, Some(&t), Some(body), ctype, &[]);
             assert!(
                 r.status < 500,
                 "{method} {path} {:?}: {} {}",
@@ -754,4 +764,156 @@ fn the_served_openapi_document_is_the_checked_in_one() {
         file.display()
     );
     assert_eq!(r.json()["openapi"].as_str().unwrap().get(..3), Some("3.1"));
+}
+
+#[test]
+fn a_commit_exports_as_tar_and_a_tar_imports_as_one_commit() {
+    let env = Env::new();
+    let (t, _) = token(&env, &[]);
+    let s = Server::unix(&env);
+    let h0 = create_project(&s, &t, "t");
+    let bin: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let r = commit(
+        &s,
+        &t,
+        "t/branches/main",
+        &h0,
+        json!([
+            {"op": "put", "path": "d/e/big", "content_base64":
+                base64::engine::general_purpose::STANDARD.encode(&bin), "mode": 0o640},
+            {"op": "put", "path": "run.sh", "content": "#!/bin/sh\n", "mode": 0o755},
+            {"op": "symlink", "path": "link", "target": "d/e/big"}
+        ]),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let c1 = r.json()["commit"].as_str().unwrap().to_string();
+
+    // Export, unpack with the system's tar, compare bytes and modes.
+    let r = s.req("GET", "/v1/projects/t/tar?ref=main", Some(&t), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/x-tar"));
+    let archive = env.path("out.tar");
+    std::fs::write(&archive, &r.body).unwrap();
+    let out = env.path("out");
+    std::fs::create_dir(&out).unwrap();
+    let st = std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(std::fs::read(out.join("d/e/big")).unwrap(), bin);
+    let mode = |p: &str| {
+        std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::symlink_metadata(out.join(p))
+                .unwrap()
+                .permissions(),
+        ) & 0o7777
+    };
+    assert_eq!(mode("d/e/big"), 0o640);
+    assert_eq!(mode("run.sh"), 0o755);
+    assert_eq!(
+        std::fs::read_link(out.join("link")).unwrap(),
+        Path::new("d/e/big")
+    );
+
+    // Import a tar made by the system's tar: the branch's tree becomes
+    // exactly its contents, in one commit.
+    let src = env.path("src");
+    std::fs::create_dir_all(src.join("x/y")).unwrap();
+    std::fs::write(src.join("x/y/new.txt"), b"imported\n").unwrap();
+    std::fs::write(src.join("top"), &bin[..1000]).unwrap();
+    std::os::unix::fs::symlink("x/y/new.txt", src.join("ln")).unwrap();
+    let tarball = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg("-")
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(tarball.status.success());
+    let path = format!("/v1/projects/t/branches/main/tar?expected_head={c1}&message=imp");
+    let r = s.raw(
+        "POST",
+        &path,
+        Some(&t),
+        Some(&tarball.stdout),
+        "application/x-tar",
+        &[],
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let c2 = r.json()["commit"].as_str().unwrap().to_string();
+    assert_eq!(head(&env, "t/main"), c2);
+    assert_eq!(env.ok(&["cat", "t/main", "x/y/new.txt"]), b"imported\n");
+    assert_eq!(env.ok(&["cat", "t/main", "top"]), &bin[..1000]);
+    env.fails(&["cat", "t/main", "run.sh"], 1);
+    let ls = env.json(&["ls", "t/main"]);
+    let names: Vec<&str> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ln", "top", "x"]);
+
+    // Entries that climb out ("../f", "/abs"): 400, nothing written.
+    std::fs::write(src.join("f"), b"evil").unwrap();
+    for transform in ["s,^f,../f,", "s,^f,/abs/f,"] {
+        let evil = std::process::Command::new("tar")
+            .args(["-cf", "-", "-P", "--transform", transform, "-C"])
+            .arg(&src)
+            .arg("f")
+            .output()
+            .unwrap();
+        assert!(evil.status.success());
+        let p = format!("/v1/projects/t/branches/main/tar?expected_head={c2}");
+        let r = s.raw(
+            "POST",
+            &p,
+            Some(&t),
+            Some(&evil.stdout),
+            "application/x-tar",
+            &[],
+        );
+        assert_eq!(r.status, 400, "{transform}: {}", r.text());
+        assert_eq!(head(&env, "t/main"), c2);
+    }
+
+    // A stale head: 409, nothing written; not a tar: 415; garbage: 400.
+    let stale = format!("/v1/projects/t/branches/main/tar?expected_head={c1}");
+    let r = s.raw(
+        "POST",
+        &stale,
+        Some(&t),
+        Some(&tarball.stdout),
+        "application/x-tar",
+        &[],
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["actual_head"], c2.as_str());
+    let fresh = format!("/v1/projects/t/branches/main/tar?expected_head={c2}");
+    let r = s.raw(
+        "POST",
+        &fresh,
+        Some(&t),
+        Some(&tarball.stdout),
+        "application/json",
+        &[],
+    );
+    assert_eq!(r.status, 415, "{}", r.text());
+    let mut evil = tarball.stdout.clone();
+    evil[..100].copy_from_slice(&[b'A'; 100]);
+    let r = s.raw(
+        "POST",
+        &fresh,
+        Some(&t),
+        Some(&evil[..700]),
+        "application/x-tar",
+        &[],
+    );
+    assert!(r.status == 400, "{} {}", r.status, r.text());
+    assert_eq!(head(&env, "t/main"), c2);
 }

@@ -12,6 +12,7 @@ mod listen;
 pub mod openapi;
 mod routes;
 mod scope;
+mod tarball;
 pub mod tokens;
 mod write;
 

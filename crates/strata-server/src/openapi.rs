@@ -47,6 +47,8 @@ impl Modify for Bearer {
         crate::routes::stat,
         crate::routes::cat,
         crate::write::commit,
+        crate::tarball::export,
+        crate::tarball::import,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Healthz, ProjectList, CreateProject, Project, Branch,

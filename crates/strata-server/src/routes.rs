@@ -40,6 +40,11 @@ pub(crate) fn router(state: Arc<ServerState>) -> Router {
             "/v1/projects/{project}/branches/{branch}/commits",
             post(crate::write::commit),
         )
+        .route(
+            "/v1/projects/{project}/branches/{branch}/tar",
+            post(crate::tarball::import),
+        )
+        .route("/v1/projects/{project}/tar", get(crate::tarball::export))
         .route("/v1/projects/{project}/log", get(log))
         .route("/v1/projects/{project}/diff", get(diff))
         .route("/v1/projects/{project}/ls", get(ls))
