@@ -51,6 +51,10 @@ pub fn token(ctx: &Ctx, cmd: TokenCmd) -> Result<ExitCode> {
     let tokens = TokenStore::new(store.dir());
     match cmd {
         TokenCmd::Create { projects } => {
+            // A bad name is a usage error (exit 2), like everywhere else.
+            for p in &projects {
+                strata_store::validate_name("project", p)?;
+            }
             let (token, info) = tokens.create(&projects)?;
             ctx.emit(
                 json!({"token": token, "id": info.id, "projects": info.projects}),

@@ -704,6 +704,16 @@ fn tokens_survive_a_killed_server_and_tcp_is_loopback_only() {
     );
     assert_eq!(mode & 0o777, 0o600);
 
+    let err = env.fails(&["token", "create", "--project", "Bad/Name"], 2);
+    assert!(err.contains("invalid project name"), "{err}");
+    assert_eq!(
+        env.json(&["token", "list"])["tokens"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
     let mut s = Server::unix(&env);
     create_project(&s, &t, "w");
     // SIGKILL: no cleanup; the stale socket is replaced by the next start.
