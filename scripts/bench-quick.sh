@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI's benchmark smoke run (issue 7): `strata-bench --quick` must run every
+# CI's benchmark smoke run (docs/benchmarks.md): `strata-bench --quick` must run every
 # group's workloads and give each a figure. It checks no timing: speed
 # goals are read from the table, never asserted (docs/benchmarks.md).
 #

@@ -18,8 +18,11 @@ die() { echo "fsx.sh: $*" >&2; exit 1; }
 command -v fsx >/dev/null || die "fsx not found: cargo install --locked fsx --version 0.3.2"
 [ "$OPS" -ge 100000 ] || echo "fsx.sh: warning: FSX_OPS=$OPS is below the required 100000"
 
-cargo build -q -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml"
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples/mount
+# The path cargo reports: the workspace builds into target/<host tuple>/
+# (.cargo/config.toml), and CARGO_TARGET_DIR may move it.
+BIN=$(cargo build -q -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml" \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$BIN" ] || die "cargo built no mount example"
 
 FAILED=0
 for MODE in $MODES; do

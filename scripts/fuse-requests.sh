@@ -25,8 +25,11 @@ command -v strace >/dev/null || die "strace not found (apt install strace)"
 if [ -n "${MOUNT_BIN:-}" ]; then
     BIN=$MOUNT_BIN
 else
-    cargo build -q --release -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml"
-    BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/mount
+    # The path cargo reports: the workspace builds into target/<host tuple>/
+    # (.cargo/config.toml), and CARGO_TARGET_DIR may move it.
+    BIN=$(cargo build -q --release -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml" \
+        --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+    [ -x "$BIN" ] || die "cargo built no mount example"
 fi
 WORK=$(mktemp -d /var/tmp/strata-fuse-requests.XXXXXX)
 mkdir "$WORK/mnt"

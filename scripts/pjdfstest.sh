@@ -19,8 +19,11 @@ getent group tests >/dev/null || groupadd tests
 getent passwd tests >/dev/null || useradd -M -g tests -s /usr/sbin/nologin tests
 NOBODY_GROUP=$(id -gn nobody)
 
-cargo build -q -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml"
-BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/examples/mount
+# The path cargo reports: the workspace builds into target/<host tuple>/
+# (.cargo/config.toml), and CARGO_TARGET_DIR may move it.
+BIN=$(cargo build -q -p strata-workspace --example mount --manifest-path "$ROOT/Cargo.toml" \
+    --message-format=json-render-diagnostics | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$BIN" ] || die "cargo built no mount example"
 
 WORK=$(mktemp -d /tmp/strata-pjdfstest.XXXXXX)
 chmod 755 "$WORK"

@@ -93,6 +93,10 @@ pub enum Command {
         /// Write into a non-empty directory, replacing what is in the way.
         #[arg(long)]
         force: bool,
+        /// Restore setuid/setgid bits and xattrs outside `user.` exactly as
+        /// stored (by default they are dropped, and counted).
+        #[arg(long)]
+        preserve_privileges: bool,
     },
     /// Object counts and sizes of the Store.
     #[command(after_help = "Example:\n  strata stats --json")]
@@ -112,7 +116,11 @@ pub enum Command {
     /// Workspace appears at $STRATA_ROOT for that command only; its changes
     /// are committed with --commit, discarded otherwise. Exits with the
     /// command's status (a signal as 128+N); 125 if strata itself fails.
-    #[command(after_help = "Example:\n  strata run web/main --commit -m \"build\" -- make")]
+    /// Not a sandbox (the command has your rights, files and network)
+    /// unless --isolate.
+    #[command(
+        after_help = "Examples:\n  strata run web/main --commit -m \"build\" -- make\n  strata run web/main --isolate --commit -- ./untrusted-tool"
+    )]
     Run(crate::run::RunArgs),
     /// Mount a Workspace of a branch on the host (needs root); prints its ID.
     #[command(after_help = "Example:\n  strata mount web/agent-1 ./mnt")]
@@ -221,4 +229,99 @@ pub enum BranchCmd {
         /// PROJECT/NAME
         branch: String,
     },
+}
+
+// Value parsers: a malformed flag value is a usage error, so clap reports
+// it (naming the flag) and exits 2 before any command runs (README.md,
+// "Exit codes"). Each returns the typed value the command uses.
+
+/// A usage error found after parsing (flags that only conflict in
+/// combination): clap's message format and exit status 2.
+pub fn usage_error(kind: clap::error::ErrorKind, msg: &str) -> ! {
+    use clap::CommandFactory;
+    Cli::command().error(kind, msg).exit()
+}
+
+/// `KEY=VALUE` (`--label`, `--env`); the value may contain `=`.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
+}
+
+/// A byte count, or a number with a K, M or G suffix (`--memory`).
+pub fn byte_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| "give bytes, or a number with K, M or G (e.g. 512M)".to_string())
+}
+
+/// CPUs as a fraction (`--cpu 0.5`), returned in thousandths of a CPU.
+pub fn cpu_millis(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(c) if c.is_finite() && c > 0.0 && c <= 4096.0 => {
+            Ok(((c * 1000.0).round() as u64).max(1))
+        }
+        _ => Err("give a positive number of CPUs, e.g. 0.5 or 2".to_string()),
+    }
+}
+
+/// Numeric `UID:GID`, or one number for both (`--user`).
+pub fn uid_gid(s: &str) -> Result<(u32, u32), String> {
+    let (u, g) = s.split_once(':').unwrap_or((s, s));
+    match (u.parse(), g.parse()) {
+        (Ok(u), Ok(g)) => Ok((u, g)),
+        _ => Err("give numeric UID:GID, e.g. 1500:1500".to_string()),
+    }
+}
+
+/// `--network`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum NetworkArg {
+    /// Loopback only.
+    None,
+    /// The host's network namespace.
+    Host,
+}
+
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// Namespaces and seccomp on this host.
+    Native,
+    /// One container through the Docker Engine API.
+    Docker,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_cpus_users_and_pairs_parse() {
+        assert_eq!(byte_size("512M").unwrap(), 512 << 20);
+        assert_eq!(byte_size("1g").unwrap(), 1 << 30);
+        assert_eq!(byte_size("4096").unwrap(), 4096);
+        assert!(byte_size("x").is_err());
+        assert!(byte_size("0").is_err());
+        assert_eq!(cpu_millis("0.5").unwrap(), 500);
+        assert!(cpu_millis("0").is_err());
+        assert!(cpu_millis("NaN").is_err());
+        assert_eq!(uid_gid("1500:1600").unwrap(), (1500, 1600));
+        assert_eq!(uid_gid("7").unwrap(), (7, 7));
+        assert!(uid_gid("a:b").is_err());
+        assert_eq!(key_value("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(key_value("=x").is_err());
+        assert!(key_value("x").is_err());
+    }
 }

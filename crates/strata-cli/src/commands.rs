@@ -99,7 +99,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             reference,
             dir,
             force,
-        } => crate::read::export(&ctx, &reference, &dir, force)?,
+            preserve_privileges,
+        } => {
+            let opts = strata_store::ExportOptions {
+                force,
+                preserve_privileges,
+            };
+            crate::read::export(&ctx, &reference, &dir, &opts)?
+        }
         Command::Stats => stats(&ctx)?,
         Command::Fsck => return fsck(&ctx),
         Command::Gc => gc(&ctx)?,
@@ -393,6 +400,10 @@ fn fsck(ctx: &Ctx) -> Result<ExitCode> {
     let bar = Bar::stderr();
     let r = store.fsck(&bar)?;
     drop(bar);
+    // On stderr in both modes: a warning is not the result.
+    for w in &r.warnings {
+        eprintln!("strata: warning: {w}");
+    }
     ctx.emit(serde_json::to_value(&r)?, || {
         let mut s = String::new();
         for p in &r.problems {

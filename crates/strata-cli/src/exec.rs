@@ -7,7 +7,7 @@
 //! `exec --detach`, `exec logs` and `exec cancel` exit 0 on success.
 
 use crate::commands::Ctx;
-use crate::sandbox::{open, parse_kv, parse_user, runtime, state_dir};
+use crate::sandbox::{open, runtime, state_dir};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -69,11 +69,11 @@ pub struct ExecArgs {
     #[arg(long, value_name = "ID")]
     pub sandbox: Option<String>,
     /// Run as UID:GID (default 1500:1500; 0 is refused).
-    #[arg(long, value_name = "U:G")]
-    pub user: Option<String>,
+    #[arg(long, value_name = "U:G", value_parser = crate::cli::uid_gid)]
+    pub user: Option<(u32, u32)>,
     /// An environment variable (repeatable).
-    #[arg(long = "env", value_name = "K=V")]
-    pub env: Vec<String>,
+    #[arg(long = "env", value_name = "K=V", value_parser = crate::cli::key_value)]
+    pub env: Vec<(String, String)>,
     /// Working directory, absolute, inside the Workspace (default: its root).
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
@@ -173,9 +173,8 @@ async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
     let ws = find_ws(&a, &ws_id).await?;
     let mut b = ws.exec(a.argv.clone());
     let mut env = BTreeMap::new();
-    for e in &a.env {
-        let (k, v) = parse_kv(e, "--env")?;
-        env.insert(k, v);
+    for (k, v) in &a.env {
+        env.insert(k.clone(), v.clone());
     }
     if a.tty && !env.contains_key("TERM") {
         env.insert(
@@ -186,8 +185,7 @@ async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
     for (k, v) in env {
         b = b.env(k, v);
     }
-    if let Some(u) = &a.user {
-        let (u, g) = parse_user(u)?;
+    if let Some((u, g)) = a.user {
         b = b.user(u, g);
     }
     if let Some(c) = &a.cwd {

@@ -44,7 +44,7 @@ pub fn put_bytes(obj: &mut serde_json::Map<String, Value>, key: &str, b: &[u8]) 
 }
 
 pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 /// One tree entry as JSON.

@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use strata_store::{EntryKind, Kind, ObjectId, Store, TreeEntry};
+use strata_store::{EntryKind, ExportOptions, ObjectId, Store, TreeEntry};
 
 /// The entry at `path` in the commit `reference` names, or a clear error.
 fn entry_at(store: &Store, reference: &str, path: &[u8]) -> Result<(ObjectId, TreeEntry)> {
@@ -67,10 +67,8 @@ pub fn cat(ctx: &Ctx, reference: &str, path: &OsStr) -> Result<()> {
         }
     };
     if ctx.json {
-        let mut bytes = Vec::with_capacity(content.size as usize);
-        for (_, id, _) in store.chunk_list(&content)? {
-            bytes.extend_from_slice(&store.get_raw(&id, Kind::Chunk)?);
-        }
+        let mut bytes = Vec::new();
+        store.read_to(&content, &mut bytes)?;
         let (encoding, text) = match String::from_utf8(bytes) {
             Ok(s) => ("utf8", s),
             Err(e) => ("hex", crate::output::hex(e.as_bytes())),
@@ -82,21 +80,35 @@ pub fn cat(ctx: &Ctx, reference: &str, path: &OsStr) -> Result<()> {
             "content": text,
         }));
     }
-    // Stream chunk by chunk: memory stays at one chunk whatever the file size.
-    let mut out = std::io::stdout().lock();
-    for (_, id, _) in store.chunk_list(&content)? {
-        out.write_all(&store.get_raw(&id, Kind::Chunk)?)?;
-    }
+    // Stream chunk by chunk: memory stays at one chunk whatever the file
+    // size, and the manifest is walked as it is read (bounded by the
+    // file's declared size, see `Store::read_to`).
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    store.read_to(&content, &mut out)?;
     out.flush()?;
     Ok(())
 }
 
-pub fn export(ctx: &Ctx, reference: &str, dir: &Path, force: bool) -> Result<()> {
+pub fn export(ctx: &Ctx, reference: &str, dir: &Path, opts: &ExportOptions) -> Result<()> {
     let store = ctx.open()?;
     let commit = store.resolve(reference)?.commit;
     let bar = Bar::stderr();
-    let r = store.export(commit, dir, force, &bar)?;
+    let r = store.export_with(commit, dir, opts, &bar)?;
     drop(bar);
+    // On stderr in both modes, so a --json reader sees it in the field and
+    // a person sees it whatever stdout goes to.
+    if r.dropped_privileges > 0 {
+        eprintln!(
+            "strata: warning: dropped setuid/setgid bits or xattrs outside user. from {} entries of {commit}; pass --preserve-privileges to restore them exactly",
+            r.dropped_privileges
+        );
+    }
+    if r.restored_privileges > 0 {
+        eprintln!(
+            "strata: restored setuid/setgid bits or xattrs outside user. on {} entries (--preserve-privileges)",
+            r.restored_privileges
+        );
+    }
     ctx.emit(
         json!({
             "commit": commit.to_hex(),
@@ -104,6 +116,8 @@ pub fn export(ctx: &Ctx, reference: &str, dir: &Path, force: bool) -> Result<()>
             "files": r.files,
             "dirs": r.dirs,
             "bytes": r.bytes,
+            "dropped_privileges": r.dropped_privileges,
+            "restored_privileges": r.restored_privileges,
         }),
         || {
             format!(

@@ -31,6 +31,14 @@ pub struct RunArgs {
     /// missing) [default: a fresh empty directory]. Also in $STRATA_ROOT.
     #[arg(long, value_name = "PATH")]
     pub at: Option<PathBuf>,
+    /// Confine the command like a Sandbox command: it sees only the host's
+    /// system directories and /etc (minus what is not world-readable), a
+    /// private /tmp and the Workspace, not the Store; no network but lo;
+    /// no capability, no_new_privs, the Sandbox's seccomp filter. Without
+    /// it `strata run` is no sandbox: the command has your rights on your
+    /// files, sees the host and has the network (docs/security.md).
+    #[arg(long)]
+    pub isolate: bool,
     /// Set K=V in the command's environment (repeatable).
     #[arg(long = "env", value_name = "K=V", value_parser = parse_env)]
     pub env: Vec<(OsString, OsString)>,
@@ -72,6 +80,7 @@ pub fn run(ctx: &Ctx, a: RunArgs) -> Result<ExitCode> {
             })
         }),
         scratch_parent: None,
+        isolate: a.isolate,
     };
     let out = match strata_rootless::run(&store, &spec) {
         Ok(o) => o,

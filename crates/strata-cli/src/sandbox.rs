@@ -10,8 +10,9 @@
 //!   finds the Sandbox holding one by asking the running ones
 //!   (`Sandbox::find_workspace`, `Sandbox::find_exec`).
 
+use crate::cli::{BackendArg, NetworkArg};
 use crate::commands::Ctx;
-use anyhow::{anyhow, bail, Result};
+use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
@@ -33,8 +34,8 @@ pub enum SandboxCmd {
     #[command(after_help = "Example:\n  strata sandbox list --label team=web --prefix agent-")]
     List {
         /// Only Sandboxes with this label (repeatable; all must match).
-        #[arg(long = "label", value_name = "K=V")]
-        labels: Vec<String>,
+        #[arg(long = "label", value_name = "K=V", value_parser = crate::cli::key_value)]
+        labels: Vec<(String, String)>,
         /// Only Sandboxes whose name starts with P.
         #[arg(long, value_name = "P")]
         prefix: Option<String>,
@@ -77,41 +78,71 @@ pub struct CreateArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// A label (repeatable).
-    #[arg(long = "label", value_name = "K=V")]
-    pub labels: Vec<String>,
+    #[arg(long = "label", value_name = "K=V", value_parser = crate::cli::key_value)]
+    pub labels: Vec<(String, String)>,
     /// none (loopback only) or host.
-    #[arg(long, value_name = "none|host", default_value = "none")]
-    pub network: String,
-    /// Memory limit: bytes, or with a K, M or G suffix.
-    #[arg(long, value_name = "SIZE")]
-    pub memory: Option<String>,
-    /// Most processes and threads at once.
+    #[arg(long, value_name = "none|host", value_enum, default_value = "none")]
+    pub network: crate::cli::NetworkArg,
+    /// Memory limit: bytes, or with a K, M or G suffix (default: half of
+    /// the host's RAM).
+    #[arg(long, value_name = "SIZE", value_parser = crate::cli::byte_size)]
+    pub memory: Option<u64>,
+    /// Most processes and threads at once (default: 4096).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
-    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota).
-    #[arg(long, value_name = "CPUS")]
-    pub cpu: Option<f64>,
+    /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota;
+    /// default: none).
+    #[arg(long, value_name = "CPUS", value_parser = crate::cli::cpu_millis)]
+    pub cpu: Option<u64>,
+    /// No limits at all (not even the default memory and pids limits): a
+    /// command can then exhaust the host's memory or processes.
+    #[arg(long, conflicts_with_all = ["memory", "pids", "cpu"])]
+    pub no_limits: bool,
     /// Show commands this root filesystem (a directory, read-only) instead
     /// of the host's root.
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
     /// native (namespaces on this host) or docker (one container through
     /// the Docker Engine API; needs --image and a static strata binary:
-    /// this one if it is static, else $STRATA_STATIC_EXE). See docs/docker.md.
-    #[arg(long, value_name = "native|docker", default_value = "native")]
-    pub backend: String,
+    /// this one, static as this repository builds it). See docs/docker.md.
+    #[arg(
+        long,
+        value_name = "native|docker",
+        value_enum,
+        default_value = "native"
+    )]
+    pub backend: crate::cli::BackendArg,
     /// The docker backend's image, present in the local Engine:
     /// NAME:TAG, NAME@sha256:… or an image ID (pinned to its ID at create).
-    #[arg(long, value_name = "IMAGE")]
+    #[arg(long, value_name = "IMAGE", required_if_eq("backend", "docker"))]
     pub image: Option<String>,
+    /// Show commands this host path at the same path (repeatable),
+    /// read-only, or writable with :rw. By default they see only the
+    /// host's system directories and /etc (minus what is not
+    /// world-readable). Never the Store or strata's state.
+    #[arg(long = "expose", value_name = "HOST_PATH[:rw]", value_parser = parse_expose)]
+    pub expose: Vec<strata_sdk::Expose>,
+}
+
+/// `--expose`: the syntax here (a malformed argument is a usage error,
+/// exit 2), what the path is on the host at create.
+fn parse_expose(s: &str) -> std::result::Result<strata_sdk::Expose, String> {
+    let e = strata_sdk::Expose::parse(s).map_err(|e| e.to_string())?;
+    if !e.path.exists() {
+        return Err(format!(
+            "expose {}: no such file or directory on the host",
+            e.path.display()
+        ));
+    }
+    Ok(e)
 }
 
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
+        // Default 2 MiB stacks: removing a closed Sandbox's scratch (which
+        // a command can nest ~2,000 levels deep) keeps its own work list
+        // (strata-sandbox's rmtree.rs), it does not recurse.
         .worker_threads(2)
-        // Closing a Sandbox removes its scratch, and that walk recurses per
-        // directory level (a command can nest ~2,000): not on 2 MiB stacks.
-        .thread_stack_size(64 << 20)
         .enable_all()
         .build()?)
 }
@@ -120,43 +151,6 @@ pub fn state_dir() -> Option<PathBuf> {
     std::env::var_os(STATE_ENV)
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
-}
-
-pub fn parse_kv(s: &str, what: &str) -> Result<(String, String)> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => bail!("{what} {s:?} is not KEY=VALUE"),
-    }
-}
-
-fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| anyhow!("--memory {s:?}: give bytes, or a number with K, M or G"))
-}
-
-fn parse_cpu(c: f64) -> Result<u64> {
-    if !(c.is_finite() && c > 0.0 && c <= 4096.0) {
-        bail!("--cpu {c}: give a positive number of CPUs, e.g. 0.5 or 2");
-    }
-    Ok(((c * 1000.0).round() as u64).max(1))
-}
-
-pub fn parse_user(s: &str) -> Result<(u32, u32)> {
-    let (u, g) = s.split_once(':').unwrap_or((s, s));
-    match (u.parse(), g.parse()) {
-        (Ok(u), Ok(g)) => Ok((u, g)),
-        _ => bail!("--user {s:?}: give numeric UID:GID, e.g. 1500:1500"),
-    }
 }
 
 pub async fn open(id: &str) -> Result<Sandbox> {
@@ -193,29 +187,29 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
         SandboxCmd::Create(a) => {
             let mut spec = SandboxSpec::new(ctx.store_path()?);
             spec.name = a.name;
-            for l in &a.labels {
-                let (k, v) = parse_kv(l, "--label")?;
-                spec.labels.insert(k, v);
-            }
-            spec.network = match a.network.as_str() {
-                "none" => Network::None,
-                "host" => Network::Host,
-                n => bail!("--network {n:?}: give none or host"),
+            spec.labels.extend(a.labels);
+            spec.network = match a.network {
+                NetworkArg::None => Network::None,
+                NetworkArg::Host => Network::Host,
             };
             spec.limits = Limits {
-                memory_bytes: a.memory.as_deref().map(parse_size).transpose()?,
+                memory_bytes: a.memory,
                 pids: a.pids,
-                cpu_millis: a.cpu.map(parse_cpu).transpose()?,
+                cpu_millis: a.cpu,
             };
+            spec.no_limits = a.no_limits;
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
-            spec.docker_image = match (a.backend.as_str(), a.image) {
-                ("native", None) => None,
-                ("native", Some(_)) => bail!("--image is for --backend docker"),
-                ("docker", Some(i)) => Some(i),
-                ("docker", None) => bail!("--backend docker needs --image IMAGE"),
-                (b, _) => bail!("--backend {b:?}: give native or docker"),
+            spec.docker_image = match (a.backend, a.image) {
+                (BackendArg::Native, Some(_)) => crate::cli::usage_error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    "--image is for --backend docker",
+                ),
+                (BackendArg::Native, None) => None,
+                // clap requires --image with --backend docker.
+                (BackendArg::Docker, image) => image,
             };
             spec.state_dir = state_dir();
+            spec.expose = a.expose;
             let sb = Sandbox::create(spec).await?;
             let id = sb.id().to_string();
             ctx.emit(json!({"sandbox": id}), || id.clone())
@@ -226,10 +220,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 state_dir: state_dir(),
                 ..Default::default()
             };
-            for l in &labels {
-                let (k, v) = parse_kv(l, "--label")?;
-                f.labels.insert(k, v);
-            }
+            f.labels.extend(labels);
             let list = Sandbox::list(f).await?;
             ctx.emit(
                 json!(list.iter().map(info_json).collect::<Vec<_>>()),
@@ -319,29 +310,5 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             })
         }
         SandboxCmd::Mount(a) => crate::mount::ws_mount(ctx, a).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_users_and_pairs_parse() {
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert_eq!(parse_size("1g").unwrap(), 1 << 30);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("0").is_err());
-        assert_eq!(parse_cpu(0.5).unwrap(), 500);
-        assert!(parse_cpu(0.0).is_err());
-        assert_eq!(parse_user("1500:1600").unwrap(), (1500, 1600));
-        assert!(parse_user("a:b").is_err());
-        assert_eq!(
-            parse_kv("A=b=c", "--env").unwrap(),
-            ("A".into(), "b=c".into())
-        );
-        assert!(parse_kv("=x", "--env").is_err());
-        assert!(parse_kv("x", "--env").is_err());
     }
 }

@@ -100,6 +100,52 @@ fn unknown_flags_and_missing_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Malformed values of the Sandbox and exec flags are usage errors found by
+/// clap before anything runs: exit 2, a message naming the flag, and no
+/// Sandbox record written (the state directory is read back empty).
+#[test]
+fn malformed_sandbox_and_exec_flags_exit_2_naming_the_flag() {
+    let env = Env::new();
+    // A Sandbox state root must not be under /tmp (the SDK refuses it).
+    let state = tempfile::Builder::new()
+        .prefix("strata-cli-bad-flags-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let run = |args: &[&str]| {
+        let out = env
+            .cmd(args)
+            .env("STRATA_SANDBOX_STATE", state.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "strata {args:?}: {err}");
+        err
+    };
+    for (args, flag) in [
+        (&["sandbox", "create", "--label", "novalue"][..], "--label"),
+        (&["sandbox", "create", "--label", "=v"], "--label"),
+        (&["sandbox", "create", "--memory", "lots"], "--memory"),
+        (&["sandbox", "create", "--memory", "0"], "--memory"),
+        (&["sandbox", "create", "--cpu", "0"], "--cpu"),
+        (&["sandbox", "create", "--cpu=-1"], "--cpu"),
+        (&["sandbox", "create", "--network", "bridge"], "--network"),
+        (&["sandbox", "create", "--backend", "vm"], "--backend"),
+        (&["sandbox", "create", "--backend", "docker"], "--image"),
+        (&["sandbox", "create", "--image", "busybox"], "--image"),
+        (&["sandbox", "list", "--label", "x"], "--label"),
+        (&["exec", "ws-x", "--user", "root", "--", "true"], "--user"),
+        (&["exec", "ws-x", "--user", "1:g", "--", "true"], "--user"),
+        (
+            &["exec", "ws-x", "--env", "NOEQUALS", "--", "true"],
+            "--env",
+        ),
+    ] {
+        contains(&run(args), flag);
+    }
+    let left: Vec<_> = std::fs::read_dir(state.path()).unwrap().collect();
+    assert!(left.is_empty(), "a refused create wrote state: {left:?}");
+}
+
 #[test]
 fn refs_that_match_nothing_fail() {
     let env = Env::new();

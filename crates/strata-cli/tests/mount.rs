@@ -94,6 +94,18 @@ fn mount_status_commit_unmount_and_recover() {
     std::fs::write(mp.join("new.txt"), b"new\n").unwrap();
     std::fs::remove_file(mp.join("gone.txt")).unwrap();
     std::fs::write(mp.join("keep.txt"), b"changed\n").unwrap();
+    // The host's run and state directories are private (0700), down to
+    // the Workspace's scratch directory that holds the changed files.
+    for d in [
+        env.path("run/strata"),
+        env.path("state/strata"),
+        env.path("state/strata/workspaces"),
+        env.path(&format!("state/strata/workspaces/{ws}")),
+    ] {
+        let m = std::fs::metadata(&d).unwrap();
+        let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
 
     let list = h.json(&["ws", "list"]);
     assert_eq!(list[0]["workspace"], ws.as_str());

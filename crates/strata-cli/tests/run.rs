@@ -18,7 +18,7 @@ fn writes_and_ops_on_existing_entries_land_in_the_store_with_commit() {
     let f = Fixture::new(0o666, base_tree);
     let before = host_mounts();
     let sync = f.path("sync");
-    // BRIEF section 4: owners are 0 outbound / the user inbound, or unlink,
+    // docs/design.md §4: owners are 0 outbound / the user inbound, or unlink,
     // rename and link of files that existed before the mount fail with
     // EOVERFLOW and write-opens with EACCES. Each op below is on such a file.
     let script = format!(

@@ -162,7 +162,7 @@ fn killing_the_command_ends_the_run_with_128_plus_9() {
 
 #[test]
 fn a_dead_helper_or_init_is_an_error_never_an_exit_status() {
-    // BRIEF section 4: a helper failure must surface as an error, never as
+    // docs/design.md §4: a helper failure must surface as an error, never as
     // a plausible exit status (SIGKILL would otherwise read as 137).
     let f = Fixture::new(0o666, base_tree);
     let sync = f.path("sync");
@@ -217,7 +217,7 @@ fn ctrl_c_goes_to_the_command_and_its_status_comes_back() {
 
 #[test]
 fn dev_fuse_mode_0600_gets_a_verdict_with_the_fix() {
-    // BRIEF section 4: /dev/fuse is mode 0600 on these machines.
+    // docs/design.md §4: /dev/fuse is mode 0600 on these machines.
     let f = Fixture::new(0o600, base_tree);
     let out = f.run_sh(&["--commit"], "echo x > \"$STRATA_ROOT/new.txt\"");
     assert_eq!(out.status.code(), Some(RUN_FAILED), "{}", stderr(&out));

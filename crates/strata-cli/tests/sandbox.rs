@@ -237,7 +237,7 @@ fn probe_prints_key_value_lines_and_json() {
     assert_eq!(j["dev_fuse"], "present", "{j}");
 }
 
-/// Issue 4's two Sandboxes at once, through the CLI: each command sees its
+/// Two Sandboxes at once (docs/design.md §3), through the CLI: each command sees its
 /// own Workspace at /workspace and nothing of the other's, the host sees
 /// neither mount, the Store is hidden from commands, and each Sandbox's
 /// commit lands on its own branch with files owned by 1500:1500.

@@ -1,7 +1,8 @@
 //! `strata exec` beyond the basics, through the real binary (root with
 //! /dev/fuse; CI runs as root): detached execs with `exec logs|wait|cancel`
 //! (and the `exec-*` spellings), `--tty`, Ctrl-C, `--rootfs` (a rootfs that
-//! lacks the program is an error, never a guessed 127) and `--cpu`.
+//! lacks the program is an error, never a guessed 127), `--cpu`, and the
+//! default limits with `--no-limits`.
 
 mod common;
 
@@ -274,4 +275,53 @@ fn rootfs_and_cpu_limit() {
     let c = sb.json(&["ws", "commit", &ws, "-m", "from a rootfs"]);
     assert_eq!(c["committed"], true, "{c}");
     assert_eq!(sb.ok(&["cat", "p/main", "hi.txt"]), b"hi\n");
+}
+
+/// Half of this host's RAM in whole MiB, as the default memory limit.
+fn half_of_ram() -> u64 {
+    let kb: u64 = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let half = kb * 1024 / 2;
+    half - half % (1 << 20)
+}
+
+#[test]
+fn default_limits_are_recorded_and_no_limits_opts_out() {
+    let sb = Sb::with_project(&[("a.txt", b"a\n")]);
+    // No flag: the defaults, as applied.
+    let id = sb.create(&[]);
+    let _rm = Rm(&sb, id.clone());
+    let limits = &sb.json(&["sandbox", "inspect", &id])["config"]["limits"];
+    assert_eq!(limits["memory_bytes"], half_of_ram(), "{limits}");
+    assert_eq!(limits["pids"], 4096, "{limits}");
+    assert!(limits["cpu_millis"].is_null(), "{limits}");
+    // One flag overrides its limit only.
+    let id2 = sb.create(&["--pids", "300"]);
+    let _rm2 = Rm(&sb, id2.clone());
+    let limits = &sb.json(&["sandbox", "inspect", &id2])["config"]["limits"];
+    assert_eq!(limits["pids"], 300, "{limits}");
+    assert_eq!(limits["memory_bytes"], half_of_ram(), "{limits}");
+    // --no-limits: none.
+    let id3 = sb.create(&["--no-limits"]);
+    let _rm3 = Rm(&sb, id3.clone());
+    let config = &sb.json(&["sandbox", "inspect", &id3])["config"];
+    assert_eq!(config["no_limits"], true, "{config}");
+    for k in ["memory_bytes", "pids", "cpu_millis"] {
+        assert!(config["limits"][k].is_null(), "{config}");
+    }
+    // ... and it says so against a limit flag, as a usage error.
+    let out = sb.run(
+        &["sandbox", "create", "--no-limits", "--memory", "1G"],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--no-limits"),
+        "{}",
+        text(&out.stderr)
+    );
 }

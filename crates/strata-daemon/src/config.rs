@@ -28,13 +28,6 @@ pub struct DaemonConfig {
     pub store: PathBuf,
     /// Scratch root of the Workspaces (journal + upper layer per ID).
     pub scratch_dir: PathBuf,
-    /// Directory for per-exec failure reports (created 0711, root-owned;
-    /// each exec gets a 0700 subdirectory owned by its uid, because the
-    /// exec helper may fail after dropping privileges). Every command's
-    /// uid must be able to traverse the path to it. Default:
-    /// `<scratch_dir>/.execs`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_dir: Option<PathBuf>,
     /// Also serve on 127.0.0.1:PORT (0: any free port, printed in the
     /// marker). Off by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -83,7 +76,6 @@ impl DaemonConfig {
             log_file,
             store,
             scratch_dir,
-            run_dir: None,
             tcp_port: None,
             helper_exe: None,
             default_mount: None,
@@ -106,12 +98,6 @@ impl DaemonConfig {
             path: path.into(),
             message: format!("parse: {e}"),
         })
-    }
-
-    pub(crate) fn run_dir(&self) -> PathBuf {
-        self.run_dir
-            .clone()
-            .unwrap_or_else(|| self.scratch_dir.join(".execs"))
     }
 
     pub(crate) fn default_mount(&self) -> PathBuf {

@@ -26,7 +26,9 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -144,7 +146,6 @@ pub(crate) struct Launch {
     pub cwd: PathBuf,
     pub identity: strata_sandbox::Identity,
     pub helper_exe: PathBuf,
-    pub report: PathBuf,
     pub stdin_pipe: bool,
     pub stdin_data: Option<Vec<u8>>,
     pub tty: bool,
@@ -184,13 +185,17 @@ impl Exec {
                 strata_sandbox::Session::Inherit
             },
         };
-        let mut std_cmd =
-            strata_sandbox::exec_helper_command(&l.helper_exe, &spec, Some(&l.report))
-                .map_err(|e| LaunchError::Spec(e.to_string()))?;
+        let strata_sandbox::HelperCommand {
+            command: mut std_cmd,
+            report,
+        } = strata_sandbox::exec_helper_command(&l.helper_exe, &spec)
+            .map_err(|e| LaunchError::Spec(e.to_string()))?;
         let spawn_err = |source| LaunchError::Spawn {
             exe: l.helper_exe.clone(),
             source,
         };
+        let report =
+            tokio::net::unix::pipe::Receiver::from_owned_fd(report.into_fd()).map_err(spawn_err)?;
         let want_stdin = l.stdin_pipe || l.stdin_data.is_some();
         let mut master: Option<std::fs::File> = None;
         if l.tty {
@@ -219,8 +224,21 @@ impl Exec {
         cmd.kill_on_drop(false);
         let mut child = cmd.spawn().map_err(spawn_err)?;
         // Our copies of the slave go with `cmd`: the master then reads EOF
-        // (EIO) once the command's side is closed.
+        // (EIO) once the command's side is closed. So does our copy of the
+        // report pipe's write end: the report then ends (EOF) at the
+        // command's execve or the helper's exit.
         drop(cmd);
+        // The helper's failure report, if any: read as it comes, bounded,
+        // with async IO (never a blocking read on a runtime worker), from
+        // a pipe only the helper holds (never a path a command can touch).
+        let report = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = report
+                .take(strata_sandbox::internal::MAX_REPORT_BYTES as u64 + 1)
+                .read_to_end(&mut buf)
+                .await;
+            buf
+        });
         let pid = child.id().unwrap_or(0);
         let pty = match &master {
             Some(m) => Some(m.try_clone().map_err(spawn_err)?),
@@ -288,7 +306,6 @@ impl Exec {
             }
         });
         let e = exec.clone();
-        let report = l.report;
         let timeout = l.timeout;
         tokio::spawn(async move {
             let status = match timeout {
@@ -296,7 +313,7 @@ impl Exec {
                 Some(t) => match tokio::time::timeout(t, child.wait()).await {
                     Ok(s) => s,
                     Err(_) => {
-                        e.inner.lock().unwrap().timed_out = true;
+                        e.inner.lock().timed_out = true;
                         e.signal_group(Signal::TERM);
                         let e2 = e.clone();
                         tokio::spawn(async move {
@@ -327,18 +344,10 @@ impl Exec {
                 }),
                 Ok(st) => {
                     // The helper failed before execve: its report says why.
-                    let failure =
-                        if st.code() == Some(strata_sandbox::internal::EXEC_HELPER_FAILURE_EXIT) {
-                            std::fs::read(&report).ok().and_then(|b| {
-                                serde_json::from_slice::<strata_sandbox::Failure>(&b).ok()
-                            })
-                        } else {
-                            None
-                        };
-                    if let Some(dir) = report.parent() {
-                        let _ = std::fs::remove_dir_all(dir);
-                    }
-                    match failure {
+                    // Complete by now: the helper (the command, after its
+                    // execve) has exited, so every write end is closed.
+                    let bytes = report.await.unwrap_or_default();
+                    match strata_sandbox::parse_report(&bytes) {
                         Some(f) => End::Failed(ExecFailure {
                             stage: f.stage,
                             message: f.message,
@@ -347,7 +356,7 @@ impl Exec {
                         }),
                         None => {
                             let (cancelled, timed_out) = {
-                                let i = e.inner.lock().unwrap();
+                                let i = e.inner.lock();
                                 (i.cancelled, i.timed_out)
                             };
                             End::Exited(ExitInfo {
@@ -363,7 +372,7 @@ impl Exec {
             };
             // A cancelled exec takes its whole process group with it.
             let (cancelled, timed_out) = {
-                let i = e.inner.lock().unwrap();
+                let i = e.inner.lock();
                 (i.cancelled, i.timed_out)
             };
             if cancelled || timed_out {
@@ -372,7 +381,7 @@ impl Exec {
             *e.stdin.lock().await = None;
             tracing::info!(exec = %e.id, end = ?end, "exec ended");
             {
-                let mut i = e.inner.lock().unwrap();
+                let mut i = e.inner.lock();
                 i.end = Some(end);
                 i.finished_at = Some(Instant::now());
             }
@@ -403,15 +412,15 @@ impl Exec {
     }
 
     pub fn is_finished(&self) -> bool {
-        self.inner.lock().unwrap().end.is_some()
+        self.inner.lock().end.is_some()
     }
 
     pub fn finished_at(&self) -> Option<Instant> {
-        self.inner.lock().unwrap().finished_at
+        self.inner.lock().finished_at
     }
 
     pub fn status(&self) -> api::ExecStatus {
-        let i = self.inner.lock().unwrap();
+        let i = self.inner.lock();
         let (state, exit, failure) = match &i.end {
             None => ("running", None, None),
             Some(End::Exited(x)) => ("exited", Some(x.clone()), None),
@@ -461,7 +470,7 @@ impl Exec {
         if self.is_finished() {
             return self.status();
         }
-        self.inner.lock().unwrap().cancelled = true;
+        self.inner.lock().cancelled = true;
         tracing::info!(exec = %self.id, "cancel: SIGTERM to process group {}", self.pid);
         self.signal_group(Signal::TERM);
         let me = self.clone();
@@ -510,7 +519,7 @@ impl Exec {
     /// With `follow == false` the stream ends once the buffer is empty
     /// (a snapshot of what is waiting, for `strata exec logs`).
     pub fn attach(self: &Arc<Self>, follow: bool) -> Option<OutputStream> {
-        let mut i = self.inner.lock().unwrap();
+        let mut i = self.inner.lock();
         if i.attached {
             return None;
         }
@@ -536,7 +545,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(exec: Arc<Exec>, mut r: R, stream: u8) 
             let n = exec.space.notified();
             tokio::pin!(n);
             n.as_mut().enable();
-            if exec.inner.lock().unwrap().bytes < exec.bound {
+            if exec.inner.lock().bytes < exec.bound {
                 break;
             }
             n.await;
@@ -546,7 +555,7 @@ async fn read_pipe<R: AsyncRead + Unpin>(exec: Arc<Exec>, mut r: R, stream: u8) 
             Ok(n) => n,
         };
         {
-            let mut i = exec.inner.lock().unwrap();
+            let mut i = exec.inner.lock();
             let seq = i.next_seq;
             i.next_seq += 1;
             i.bytes += n;
@@ -568,7 +577,7 @@ pub struct OutputStream {
 
 impl Drop for OutputStream {
     fn drop(&mut self) {
-        self.exec.inner.lock().unwrap().attached = false;
+        self.exec.inner.lock().attached = false;
     }
 }
 
@@ -581,7 +590,7 @@ impl OutputStream {
             tokio::pin!(n);
             n.as_mut().enable();
             let frame = {
-                let mut i = e.inner.lock().unwrap();
+                let mut i = e.inner.lock();
                 if let Some(b) = i.frames.pop_front() {
                     i.bytes -= b.data.len();
                     let data = base64::engine::general_purpose::STANDARD.encode(&b.data);
@@ -619,7 +628,7 @@ impl OutputStream {
 /// Start a fresh output stream even if the final frame was handed out
 /// already (a reconnecting client after the end gets the final frame again).
 pub fn rearm_end(exec: &Exec) {
-    let mut i = exec.inner.lock().unwrap();
+    let mut i = exec.inner.lock();
     if i.frames.is_empty() && i.end.is_some() {
         i.end_delivered = false;
     }

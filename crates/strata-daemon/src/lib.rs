@@ -1,4 +1,4 @@
-//! strata-daemon: the daemon that runs inside a Sandbox (BRIEF §3, B4–B7).
+//! strata-daemon: the daemon that runs inside a Sandbox (docs/design.md §3, B4–B7).
 //!
 //! It runs as root with CAP_SYS_ADMIN and /dev/fuse under the Sandbox's
 //! init, mounts Workspaces with `allow_other`, and runs commands through
@@ -39,7 +39,7 @@ pub mod exec;
 mod recover;
 mod server;
 
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,8 +51,6 @@ pub use server::{constant_time_eq, tail_file};
 /// The hidden subcommand the strata binary answers with the daemon.
 pub const DAEMON_ARG: &str = "__strata-daemon";
 
-/// Stack size of the daemon's worker and blocking threads (see `run`).
-const DAEMON_THREAD_STACK: usize = 256 << 20;
 /// First word of the startup marker line.
 pub const MARKER: &str = "STRATA-DAEMON-READY";
 
@@ -83,33 +81,6 @@ pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
         path: config.scratch_dir.clone(),
         source,
     })?;
-    let run_dir = config.run_dir();
-    // 0711: commands reach their own report directory by its unguessable
-    // name but cannot list the others.
-    std::fs::DirBuilder::new()
-        .mode(0o711)
-        .recursive(true)
-        .create(&run_dir)
-        .and_then(|_| std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o711)))
-        .map_err(|source| DaemonError::Io {
-            action: "create the run directory",
-            path: run_dir.clone(),
-            source,
-        })?;
-    {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::symlink_metadata(&run_dir).map_err(|source| DaemonError::Io {
-            action: "inspect the run directory",
-            path: run_dir.clone(),
-            source,
-        })?;
-        if !m.is_dir() || m.uid() != rustix::process::geteuid().as_raw() {
-            return Err(DaemonError::Config {
-                path: run_dir.clone(),
-                message: "the run directory must be a directory owned by the daemon's uid (someone else created it?)".into(),
-            });
-        }
-    }
     let helper_exe = match &config.helper_exe {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(|source| DaemonError::Io {
@@ -121,12 +92,10 @@ pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("strata-daemon")
-        // The Store's and the Workspace's tree walks recurse once per
-        // directory level, and a command can make a tree ~2,000 levels
-        // deep (PATH_MAX); on the default 2 MiB stacks committing 1,500
-        // levels overflowed and aborted the daemon (docs/reliability.md).
-        // Stack is reserved, not committed: only what a walk touches costs.
-        .thread_stack_size(DAEMON_THREAD_STACK)
+        // Tokio's default 2 MiB stacks: a command can make a tree ~2,000
+        // levels deep, but no walk of the Store or the Workspace recurses
+        // on tree depth (ARCHITECTURE.md, "Invariants"; the deep-tree
+        // tests run every walk on 256 KiB stacks).
         .build()
         .map_err(|source| DaemonError::Io {
             action: "start the async runtime",
@@ -207,9 +176,9 @@ async fn serve(
         token,
         store,
         helper_exe,
-        workspaces: Mutex::new(Default::default()),
-        unrecovered: Mutex::new(Vec::new()),
-        execs: Mutex::new(Default::default()),
+        workspaces: parking_lot::Mutex::new(Default::default()),
+        unrecovered: parking_lot::Mutex::new(Vec::new()),
+        execs: parking_lot::Mutex::new(Default::default()),
         shutdown: tx,
     });
     // Before the marker: a restarted Sandbox is ready when its Workspaces
@@ -229,8 +198,8 @@ async fn serve(
             unrecovered = failed.len(),
             "Workspaces of the previous run"
         );
-        state.workspaces.lock().unwrap().extend(served);
-        *state.unrecovered.lock().unwrap() = failed;
+        state.workspaces.lock().extend(served);
+        *state.unrecovered.lock() = failed;
     }
     let app = server::router(state.clone());
 
@@ -295,7 +264,6 @@ async fn serve(
     let running: Vec<_> = state
         .execs
         .lock()
-        .unwrap()
         .values()
         .filter(|e| !e.is_finished())
         .cloned()
@@ -307,7 +275,7 @@ async fn serve(
     for s in servers {
         let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
     }
-    let entries: Vec<_> = state.workspaces.lock().unwrap().drain().collect();
+    let entries: Vec<_> = state.workspaces.lock().drain().collect();
     for (id, entry) in entries {
         let r = tokio::task::spawn_blocking(move || server::unmount_entry(entry, false)).await;
         tracing::info!(workspace = %id, result = ?r.map(|r| r.map_err(|e| e.detail.message)), "unmounted at shutdown");

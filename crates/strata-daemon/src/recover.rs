@@ -1,4 +1,4 @@
-//! Re-serving Workspaces after a restart (issue 9, "daemon crash").
+//! Re-serving Workspaces after a restart (docs/reliability.md).
 //!
 //! A Workspace's uncommitted state lives in its scratch directory (journal
 //! and upper layer) and survives the death of its daemon; what does not
@@ -20,12 +20,13 @@
 //! try again.
 
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use strata_store::Store;
-use strata_workspace::{MountOptions, Workspace, WorkspaceOptions, WsError};
+use strata_workspace::{MountHandle, MountOptions, Workspace, WorkspaceOptions, WsError};
 
 use crate::api::UnrecoveredWorkspace;
 use crate::config::DaemonConfig;
@@ -72,20 +73,122 @@ pub(crate) fn mount_options(id: &str) -> MountOptions {
     }
 }
 
-/// Make sure `at` is a directory to mount on: an existing directory (never
-/// through a symlink), or created.
-pub(crate) fn prepare_mountpoint(at: &Path) -> Result<(), ApiError> {
-    match std::fs::symlink_metadata(at) {
-        Ok(m) if m.file_type().is_dir() => Ok(()),
-        Ok(_) => Err(ApiError::invalid(format!(
-            "mount path {} exists and is not a directory (symlinks are not followed)",
-            at.display()
-        ))),
-        Err(_) => std::fs::create_dir_all(at).map_err(|e| {
-            ApiError::invalid(format!("cannot create mount path {}: {e}", at.display()))
-                .hint("mount under a writable directory of the Sandbox, or one that exists")
-        }),
+/// Make sure `at` is a directory to mount on, without following any
+/// symlink: each component is opened from `/` with openat2(2)
+/// `RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_BENEATH` and a
+/// missing one is created with mkdirat(2) (0755, root's). A command owns
+/// /tmp and its Workspace and can plant `/tmp/x -> /some/dir` before a
+/// client asks for `/tmp/x/ws`; following it would have this root daemon
+/// create directories and mount wherever the command points. A symlink
+/// (or a non-directory) anywhere in the path is refused, naming it.
+/// Returns the directory, opened `O_PATH`.
+pub(crate) fn prepare_mountpoint(at: &Path) -> Result<OwnedFd, ApiError> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS | ResolveFlags::BENEATH;
+    let fail = |so_far: &Path, what: String| {
+        ApiError::invalid(format!(
+            "mount path {}: {} {what}; symlinks in a mount path are never followed (a command could point them anywhere)",
+            at.display(),
+            so_far.display()
+        ))
+        .hint("mount at a path made of real directories, e.g. /workspace or a new directory under /tmp")
+    };
+    let mut dir: OwnedFd = rustix::fs::open("/", flags, Mode::empty())
+        .map_err(|e| ApiError::internal(format!("opening / to resolve {}: {e}", at.display())))?;
+    let mut so_far = PathBuf::from("/");
+    for c in at.components() {
+        let name = match c {
+            std::path::Component::RootDir => continue,
+            std::path::Component::Normal(n) => n,
+            _ => return Err(fail(&so_far, "is not a clean absolute path".into())),
+        };
+        so_far.push(name);
+        let mut created = false;
+        let next = loop {
+            match rustix::fs::openat2(&dir, name, flags, Mode::empty(), resolve) {
+                Ok(fd) => break fd,
+                Err(rustix::io::Errno::NOENT) if !created => {
+                    match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(rustix::io::Errno::EXIST) => created = true,
+                        Err(e) => return Err(ApiError::invalid(format!(
+                            "cannot create mount path {} ({}): {e}",
+                            at.display(),
+                            so_far.display()
+                        ))
+                        .hint(
+                            "mount under a writable directory of the Sandbox, or one that exists",
+                        )),
+                    }
+                }
+                Err(rustix::io::Errno::LOOP) => return Err(fail(&so_far, "is a symlink".into())),
+                Err(rustix::io::Errno::NOTDIR) => {
+                    return Err(fail(&so_far, "is not a directory (or is a symlink)".into()))
+                }
+                Err(e) => {
+                    return Err(ApiError::invalid(format!(
+                        "mount path {}: opening {}: {e}",
+                        at.display(),
+                        so_far.display()
+                    )))
+                }
+            }
+        };
+        dir = next;
     }
+    Ok(dir)
+}
+
+/// Mount `ws` at `at` (prepared by [`prepare_mountpoint`]) and check where
+/// the kernel put it: a component swapped for a symlink between the
+/// preparation and mount(2) (which follows symlinks) would move the
+/// mount. The mount must be listed in /proc/self/mountinfo at `at`
+/// exactly; if not, it is detached where it landed and refused.
+pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, ApiError> {
+    let _dir = prepare_mountpoint(at)?;
+    let handle = ws
+        .mount(at, &mount_options(ws.id()))
+        .map_err(crate::error::ws_error)?;
+    let fsname = mount_options(ws.id()).fsname;
+    let landed = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| mount_points_of(&t, &fsname))
+        .unwrap_or_default();
+    if landed.len() == 1 && landed[0] == at {
+        return Ok(handle);
+    }
+    for p in &landed {
+        let _ = rustix::mount::unmount(
+            p,
+            rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW,
+        );
+    }
+    // Detached above; the session ends when its last user goes. Never
+    // unmount by `at` again (it may lead elsewhere now).
+    std::thread::spawn(move || drop(handle.join()));
+    Err(ApiError::new(
+        axum::http::StatusCode::CONFLICT,
+        "mount_moved",
+        format!(
+            "mount path {} changed while it was mounted (the mount landed at {landed:?}): refused and detached",
+            at.display()
+        ),
+    )
+    .hint("something in the Sandbox is replacing directories of this path; mount at a path no command can change, e.g. /workspace"))
+}
+
+/// Mount points (unescaped) of the mounts whose source is `fsname`
+/// (mountinfo(5): field 5 is the mount point, the source follows " - "
+/// and the filesystem type).
+fn mount_points_of(mountinfo: &str, fsname: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let source = right.split(' ').nth(1)?;
+            let point = left.split(' ').nth(4)?;
+            (source == fsname).then(|| strata_sandbox::mounts::unescape_mountinfo(point))
+        })
+        .collect()
 }
 
 /// Record that Workspace `id` is mounted at `path` (no-op unless this
@@ -255,13 +358,59 @@ fn recover_one(
             rec.path.display()
         ));
     }
-    prepare_mountpoint(&rec.path).map_err(|e| e.detail.message)?;
-    let handle = ws
-        .mount(&rec.path, &mount_options(&rec.id))
-        .map_err(|e| e.to_string())?;
+    let handle = mount_checked(&ws, &rec.path).map_err(|e| e.detail.message)?;
     Ok(WsEntry {
         ws,
         handle: Some(handle),
         path: rec.path.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_come_from_mountinfo() {
+        let mi = "36 35 0:50 / /tmp/a\\040b rw - fuse strata:w1 rw\n\
+                  37 35 0:51 / /workspace rw shared:2 - fuse strata:w2 rw\n\
+                  38 35 0:52 / /tmp/x rw - tmpfs strata:w1 rw\n";
+        assert_eq!(
+            mount_points_of(mi, "strata:w1"),
+            vec![PathBuf::from("/tmp/a b"), PathBuf::from("/tmp/x")]
+        );
+        assert_eq!(
+            mount_points_of(mi, "strata:w2"),
+            vec![PathBuf::from("/workspace")]
+        );
+        assert!(mount_points_of(mi, "strata:w3").is_empty());
+    }
+
+    #[test]
+    fn mount_paths_never_go_through_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let target = t.path().join("target");
+        std::fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("link")).unwrap();
+        std::fs::write(t.path().join("file"), b"x").unwrap();
+        for (at, named, what) in [
+            ("link/ws", "link", "is a symlink"),
+            ("link", "link", "is a symlink"),
+            ("file/ws", "file", "not a directory"),
+        ] {
+            let e = prepare_mountpoint(&t.path().join(at)).unwrap_err();
+            let msg = e.detail.message;
+            assert!(
+                msg.contains(&t.path().join(named).display().to_string()) && msg.contains(what),
+                "{at}: {msg}"
+            );
+            assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+        }
+        assert!(!target.join("ws").exists(), "created through the symlink");
+        // Real directories: created as needed, and found again.
+        let at = t.path().join("a/b/ws");
+        prepare_mountpoint(&at).unwrap();
+        assert!(at.is_dir());
+        prepare_mountpoint(&at).unwrap();
+    }
 }

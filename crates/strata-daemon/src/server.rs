@@ -3,9 +3,10 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::ffi::OsString;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -51,6 +52,11 @@ type AppResult<T> = Result<T, ApiError>;
 type St = State<Arc<AppState>>;
 
 pub(crate) fn router(state: Arc<AppState>) -> Router {
+    harden(routes(), state)
+}
+
+/// Every route, before the layers [`harden`] adds.
+fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/workspaces", post(mount).get(list_workspaces))
@@ -71,20 +77,55 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(|| async {
             ApiError::not_found("no such route").hint("see docs/api/openapi.yaml")
         })
+}
+
+/// The layers around every route: a panic in a handler answers 500 for
+/// that request only, the body limit, and the token check (outermost).
+/// The daemon's shared state is behind `parking_lot` mutexes, which are
+/// not poisoned by a panic while held: the maps they guard are updated in
+/// single statements (insert, remove, extend), so a panic elsewhere never
+/// leaves them half-changed, and every later request (health included)
+/// still gets them.
+fn harden(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
+    routes
+        .layer(axum::middleware::from_fn(catch_panic))
         .layer(DefaultBodyLimit::max(8 << 20))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)
 }
 
-/// Byte comparison whose time does not depend on where the inputs differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() ^ b.len()) as u64;
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= (x ^ y) as u64;
+/// Run the handler; if it panics, log the panic and answer 500. Without
+/// this, hyper drops the connection with no answer (the task unwinds).
+async fn catch_panic(req: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    let route = req.uri().path().to_string();
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            tracing::error!(%route, panic = %what, "a request handler panicked; answered 500");
+            ApiError::internal(format!(
+                "the daemon failed on this request (a bug: a handler panicked: {what}); it keeps serving other requests"
+            ))
+            .hint("see the daemon's log (GET /v1/logs) and report it")
+            .into_response()
+        }
     }
-    std::hint::black_box(diff) == 0
+}
+
+/// Byte comparison whose time does not depend on where the inputs differ
+/// (`subtle`; only a length mismatch returns early, and a token's length
+/// is public: 64 hex digits).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 /// Every request needs `Authorization: Bearer <token>`; anything else is a
@@ -107,7 +148,6 @@ async fn health(State(st): St) -> Json<Health> {
     let running = st
         .execs
         .lock()
-        .unwrap()
         .values()
         .filter(|e| !e.is_finished())
         .count();
@@ -115,9 +155,9 @@ async fn health(State(st): St) -> Json<Health> {
         status: "ok".into(),
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").into(),
-        workspaces: st.workspaces.lock().unwrap().len(),
+        workspaces: st.workspaces.lock().len(),
         running_execs: running,
-        unrecovered: st.unrecovered.lock().unwrap().clone(),
+        unrecovered: st.unrecovered.lock().clone(),
     })
 }
 
@@ -168,7 +208,7 @@ async fn mount(
         None => st.config.default_mount(),
     };
     {
-        let map = st.workspaces.lock().unwrap();
+        let map = st.workspaces.lock();
         if let Some((id, _)) = map
             .iter()
             .find(|(_, e)| e.path.starts_with(&at) || at.starts_with(&e.path))
@@ -189,10 +229,7 @@ async fn mount(
         // Recorded before it is served: a daemon that dies from here on is
         // restarted with this Workspace mounted again.
         let recorded = recover::record_mount(&st2.config, ws.id(), &at, &ws.branch().to_string());
-        let handle = match recorded.and_then(|()| {
-            ws.mount(&at, &recover::mount_options(ws.id()))
-                .map_err(ws_error)
-        }) {
+        let handle = match recorded.and_then(|()| recover::mount_checked(&ws, &at)) {
             Ok(h) => h,
             Err(e) => {
                 let _ = recover::forget_mount(&st2.config, ws.id());
@@ -207,7 +244,7 @@ async fn mount(
             path: at,
         };
         let info = ws_info(&id, &entry);
-        st2.workspaces.lock().unwrap().insert(id, entry);
+        st2.workspaces.lock().insert(id, entry);
         Ok(info)
     })
     .await?;
@@ -216,7 +253,7 @@ async fn mount(
 }
 
 async fn list_workspaces(State(st): St) -> Json<Vec<WorkspaceInfo>> {
-    let map = st.workspaces.lock().unwrap();
+    let map = st.workspaces.lock();
     let mut v: Vec<_> = map.iter().map(|(id, e)| ws_info(id, e)).collect();
     v.sort_by(|a, b| a.id.cmp(&b.id));
     Json(v)
@@ -225,7 +262,6 @@ async fn list_workspaces(State(st): St) -> Json<Vec<WorkspaceInfo>> {
 fn find_ws(st: &AppState, id: &str) -> AppResult<Workspace> {
     st.workspaces
         .lock()
-        .unwrap()
         .get(id)
         .map(|e| e.ws.clone())
         .ok_or_else(|| {
@@ -238,7 +274,7 @@ async fn get_workspace(
     State(st): St,
     UrlPath(id): UrlPath<String>,
 ) -> AppResult<Json<WorkspaceInfo>> {
-    let map = st.workspaces.lock().unwrap();
+    let map = st.workspaces.lock();
     let e = map.get(&id).ok_or_else(|| {
         ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
     })?;
@@ -322,7 +358,7 @@ async fn ws_unmount(
     // unmounted at the next start (its scratch kept unless discarded),
     // never mounted again against the caller's request.
     recover::forget_mount(&st.config, &id)?;
-    let entry = st.workspaces.lock().unwrap().remove(&id).ok_or_else(|| {
+    let entry = st.workspaces.lock().remove(&id).ok_or_else(|| {
         ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
     })?;
     blocking(move || unmount_entry(entry, discard)).await?;
@@ -421,7 +457,7 @@ async fn exec_create(
         .map(|c| clean_absolute(c, "cwd"))
         .transpose()?;
     let (ws_id, cwd) = {
-        let map = st.workspaces.lock().unwrap();
+        let map = st.workspaces.lock();
         let (id, entry) = match (&req.workspace, &cwd_req) {
             (Some(id), _) => map.get_key_value(id).ok_or_else(|| {
                 ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
@@ -471,24 +507,6 @@ async fn exec_create(
         None => None,
     };
     let id = new_exec_id();
-    // The helper may fail after it dropped to the command's identity, so
-    // its report directory belongs to that uid: one fresh directory per
-    // exec (0700, unguessable name) in the root-owned 0711 run directory,
-    // which nobody else can list. Only the command itself could forge its
-    // own report, and that only changes how its own failure is described.
-    let report_dir = st.config.run_dir().join(&id);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&report_dir)
-        .and_then(|_| {
-            std::os::unix::fs::chown(&report_dir, Some(identity.uid()), Some(identity.gid()))
-        })
-        .map_err(|e| {
-            ApiError::internal(format!(
-                "creating the exec report directory {}: {e}",
-                report_dir.display()
-            ))
-        })?;
     let launch = Launch {
         id: id.clone(),
         argv: req.argv.clone(),
@@ -496,7 +514,6 @@ async fn exec_create(
         cwd,
         identity,
         helper_exe: st.helper_exe.clone(),
-        report: report_dir.join("failure.json"),
         stdin_pipe: req.stdin,
         stdin_data,
         tty: req.tty,
@@ -508,19 +525,16 @@ async fn exec_create(
             .output_buffer_bytes
             .unwrap_or(crate::config::DEFAULT_OUTPUT_BUFFER),
     };
-    let exec = Exec::start(launch).map_err(|e| {
-        let _ = std::fs::remove_dir_all(&report_dir);
-        match e {
-            LaunchError::Spec(m) => ApiError::invalid(m),
-            other => ApiError::internal(other.to_string()),
-        }
+    let exec = Exec::start(launch).map_err(|e| match e {
+        LaunchError::Spec(m) => ApiError::invalid(m),
+        other => ApiError::internal(other.to_string()),
     })?;
     tracing::info!(exec = %id, pid = exec.pid, argv = ?req.argv, "exec started");
     let created = ExecCreated {
         id: id.clone(),
         pid: exec.pid,
     };
-    let mut execs = st.execs.lock().unwrap();
+    let mut execs = st.execs.lock();
     prune(&mut execs);
     execs.insert(id, exec);
     Ok((StatusCode::CREATED, Json(created)))
@@ -541,14 +555,14 @@ fn prune(execs: &mut HashMap<String, Arc<Exec>>) {
 }
 
 fn find_exec(st: &AppState, id: &str) -> AppResult<Arc<Exec>> {
-    st.execs.lock().unwrap().get(id).cloned().ok_or_else(|| {
+    st.execs.lock().get(id).cloned().ok_or_else(|| {
         ApiError::not_found(format!("no exec {id:?} in this Sandbox"))
             .hint("exec IDs come from POST /v1/execs; finished ones are kept for a while")
     })
 }
 
 async fn list_execs(State(st): St) -> Json<Vec<api::ExecStatus>> {
-    let execs: Vec<_> = st.execs.lock().unwrap().values().cloned().collect();
+    let execs: Vec<_> = st.execs.lock().values().cloned().collect();
     let mut v: Vec<_> = execs.iter().map(|e| e.status()).collect();
     v.sort_by(|a, b| a.id.cmp(&b.id));
     Json(v)
@@ -713,3 +727,7 @@ async fn shutdown(State(st): St, _h: HeaderMap) -> (StatusCode, Json<serde_json:
         Json(serde_json::json!({"status": "shutting_down"})),
     )
 }
+
+#[cfg(test)]
+#[path = "server_tests.rs"]
+mod tests;

@@ -153,6 +153,11 @@ impl Backend for DockerBackend {
     }
 
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
+        // The default limits, as for the native backend; the record and
+        // the container get the result.
+        let mut resolved = req.clone();
+        resolved.limits = req.effective_limits()?;
+        let req = &resolved;
         if let Some(n) = &req.name {
             if !valid_name(n) {
                 return Err(invalid(
@@ -177,6 +182,12 @@ impl Backend for DockerBackend {
             return Err(invalid(
                 "root",
                 "the docker backend runs an image (CreateRequest::image); a rootfs directory is the native backend's",
+            ));
+        }
+        if let Some(e) = req.expose.first() {
+            return Err(invalid(
+                format!("expose {}", e.path.display()),
+                "not supported by the docker backend yet (its commands see the image only); use the native backend, or put the files in the image",
             ));
         }
         let image = req.image.clone().ok_or_else(|| {

@@ -173,6 +173,9 @@ pub fn create_body(
             "Memory": limits.memory_bytes.unwrap_or(0),
             "PidsLimit": limits.pids.map(|p| p as i64),
             "NanoCpus": limits.cpu_millis.map(|c| c * 1_000_000).unwrap_or(0),
+            // The daemon (and Docker's init) is never the OOM killer's
+            // choice; the exec helper raises each command to +500.
+            "OomScoreAdj": strata_sandbox::exec::DAEMON_OOM_SCORE_ADJ,
             "RestartPolicy": {"Name": "no"},
             "AutoRemove": false,
             // The daemon's stdout/stderr (marker, early errors) are few

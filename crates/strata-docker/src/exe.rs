@@ -14,8 +14,8 @@ use crate::DockerError;
 /// names none ([`strata_sandbox::CreateRequest::daemon_exe`]).
 pub const STATIC_EXE_ENV: &str = "STRATA_STATIC_EXE";
 
-/// How to build one, for error messages.
-pub const BUILD_HINT: &str = "build one with `RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release --target x86_64-unknown-linux-gnu -p strata-cli` (or a musl target) and pass it as daemon_exe or STRATA_STATIC_EXE=target/x86_64-unknown-linux-gnu/release/strata";
+/// How to get one, for error messages.
+pub const BUILD_HINT: &str = "the strata repository's `cargo build --release -p strata-cli` makes a static `strata` (its .cargo/config.toml links with +crt-static; a RUSTFLAGS variable in the environment replaces that setting); pass it as daemon_exe or STRATA_STATIC_EXE=target/x86_64-unknown-linux-gnu/release/strata (see docs/docker.md)";
 
 const PT_INTERP: u32 = 3;
 
@@ -34,7 +34,7 @@ pub fn resolve_static_exe(requested: Option<&Path>) -> Result<PathBuf, DockerErr
                 return Err(DockerError::Exe {
                     path: PathBuf::new(),
                     message: format!(
-                        "no daemon binary given and {STATIC_EXE_ENV} is not set; {BUILD_HINT}"
+                        "no daemon binary given, {STATIC_EXE_ENV} is not set and this program is not statically linked; {BUILD_HINT}"
                     ),
                 })
             }
@@ -107,11 +107,13 @@ mod tests {
 
     #[test]
     fn a_dynamic_binary_is_refused_with_the_build_hint() {
-        // This test binary is dynamically linked (the default on glibc).
-        let me = std::env::current_exe().unwrap();
-        let e = check_static(&me).unwrap_err().to_string();
+        // Debian's coreutils are dynamically linked (this test binary is
+        // not: the workspace links statically).
+        let env = Path::new("/usr/bin/env");
+        let e = check_static(env).unwrap_err().to_string();
         assert!(e.contains("dynamically linked"), "{e}");
         assert!(e.contains("crt-static"), "{e}");
+        assert!(e.contains("cargo build"), "{e}");
     }
 
     #[test]

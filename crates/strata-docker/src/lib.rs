@@ -1,5 +1,5 @@
 //! strata-docker: the docker arm of strata's Sandbox [`Backend`] contract
-//! (BRIEF §3, B1–B10) on the Docker Engine API, spoken directly over the
+//! (docs/design.md §3, B1–B10) on the Docker Engine API, spoken directly over the
 //! Engine's Unix socket ([`engine`]); it never runs the `docker` CLI.
 //!
 //! | step | here |

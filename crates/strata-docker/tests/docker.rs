@@ -174,6 +174,10 @@ impl Harness for Env {
                     }
                 }),
             ),
+            (
+                "not supported by the docker backend yet",
+                Box::new(|r| r.expose = vec![strata_sandbox::Expose::read_only("/usr")]),
+            ),
         ]
     }
     fn kill_daemon(&self, info: &SandboxInfo) {

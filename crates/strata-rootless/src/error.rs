@@ -26,7 +26,7 @@ pub enum HelperError {
     ParentGone,
     #[error("signal(2) in the helper: {0}")]
     Signal(Errno),
-    #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID): {0}{hint}", hint = unshare_hint(*.0))]
+    #[error("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID[|CLONE_NEWNET]): {0}{hint}", hint = unshare_hint(*.0))]
     Unshare(Errno),
     #[error("write /proc/self/setgroups (deny): {0}")]
     WriteSetgroups(Errno),
@@ -60,6 +60,14 @@ pub enum HelperError {
     InitDied(String),
     #[error("the namespace init sent a malformed report: {0}")]
     BadReport(String),
+    #[error("--isolate: compiling the Sandbox's seccomp policy: {0}")]
+    IsolatePolicy(String),
+    #[error("--isolate: building the command's view: {0}")]
+    IsolateView(String),
+    #[error("--isolate: bringing up lo in the new network namespace: {0}")]
+    IsolateLoopback(String),
+    #[error("--isolate: confining the command (capabilities, no_new_privs, seccomp): {0}")]
+    IsolateConfine(Errno),
 }
 
 fn unshare_hint(e: Errno) -> &'static str {
@@ -173,7 +181,7 @@ mod tests {
         assert!(e.contains("chmod 0666 /dev/fuse"), "{e}");
         let e = HelperError::Unshare(Errno(libc::EPERM)).to_string();
         assert!(
-            e.starts_with("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID)"),
+            e.starts_with("unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWPID"),
             "{e}"
         );
         assert!(e.contains("user.max_user_namespaces"), "{e}");

@@ -15,6 +15,15 @@
 //!             └─ C  execvp(argv), cwd = the mount
 //! ```
 //!
+//! With `--isolate` H also creates a network namespace (only `lo`), and I,
+//! before it forks C, builds C's view with strata-sandbox's
+//! [`strata_sandbox::mounts::build_view`] (the Sandbox's own minimal host
+//! view, the Workspace bound at its mountpoint, private /tmp, /proc with
+//! other uids hidden) and brings `lo` up; C drops every capability of the
+//! user namespace, sets no_new_privs and installs the Sandbox's seccomp
+//! filter ([`strata_sandbox::confine::confine_keeping_uid`]) just before
+//! execvp.
+//!
 //! Lifetime: the mount exists only in the mount namespace H created; that
 //! namespace dies with its last process. H and I have PR_SET_PDEATHSIG =
 //! SIGKILL, and when I (pid 1) dies the kernel kills every process in its
@@ -134,9 +143,14 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     // FUSE, which is FS_USERNS_MOUNT), a mount namespace it owns (the mount
     // is visible to our process tree only and dies with it: the host's
     // /proc/self/mounts never shows it), and a PID namespace so that the
-    // death of its init kills everything the command left behind.
-    sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID)
-        .map_err(HelperError::Unshare)?;
+    // death of its init kills everything the command left behind. With
+    // --isolate a network namespace too: owned by the new user namespace,
+    // so that its sysfs can be mounted and `lo` brought up in it.
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID;
+    if setup.isolate.is_some() {
+        flags |= libc::CLONE_NEWNET;
+    }
+    sys::unshare(flags).map_err(HelperError::Unshare)?;
     // The credential change of entering a user namespace may clear the
     // parent-death signal (prctl(2)): set it again and re-check the parent.
     sys::set_pdeathsig_kill().map_err(HelperError::Pdeathsig)?;
@@ -175,7 +189,7 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     // allow_other (only our tree can reach the mount anyway) and no
     // default_permissions: in this namespace every owner but one renders as
     // nobody, so kernel permission checks against the stored owners would
-    // be wrong (BRIEF section 4); the FUSE server reports every owner as 0.
+    // be wrong (docs/design.md §4); the FUSE server reports every owner as 0.
     let data = format!(
         "fd={},rootmode=40000,user_id=0,group_id=0",
         fuse.as_raw_fd()
@@ -209,11 +223,15 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
         Err(e) => return Err(HelperError::WaitServing(e.to_string())),
     }
 
+    let isolate = setup
+        .isolate
+        .as_ref()
+        .map(|i| IsolateView::new(&setup.mountpoint, i));
     let (report_r, report_w) = sys::pipe().map_err(HelperError::Pipe)?;
     match sys::fork().map_err(HelperError::ForkInit)? {
         Forked::Child => {
             drop(report_r);
-            let report = init(&argv, &cwd);
+            let report = init(&argv, &cwd, isolate.as_ref());
             let bytes = proto::encode(&report).unwrap_or_default();
             let _ = sys::write_all(report_w.as_raw_fd(), &bytes);
             sys::exit_now(0)
@@ -231,25 +249,64 @@ fn helper(sock: &OwnedFd, args: Vec<OsString>) -> Result<FromHelper, HelperError
     }
 }
 
+/// `--isolate`: the view to build in the init, as a Sandbox config.
+struct IsolateView {
+    config: strata_sandbox::SandboxConfig,
+}
+
+impl IsolateView {
+    fn new(mountpoint: &[u8], i: &crate::proto::Isolate) -> Self {
+        let path = |b: &[u8]| std::path::PathBuf::from(std::ffi::OsStr::from_bytes(b));
+        let mp = path(mountpoint);
+        IsolateView {
+            config: strata_sandbox::SandboxConfig {
+                root: strata_sandbox::RootFs::HostReadOnly,
+                network: strata_sandbox::Network::None,
+                // The Workspace, grafted at the same path as without
+                // --isolate (in the private /tmp for the default one).
+                binds: vec![strata_sandbox::BindMount {
+                    source: mp.clone(),
+                    target: mp,
+                    readonly: false,
+                }],
+                masked_paths: i.masked.iter().map(|m| path(m)).collect(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
 /// Pid 1 of the new PID namespace: start the command, reap everything,
 /// report the command's own status. Returning (then exiting) kills every
 /// process left in the namespace.
-fn init(argv: &[CString], cwd: &CString) -> FromHelper {
+fn init(argv: &[CString], cwd: &CString, isolate: Option<&IsolateView>) -> FromHelper {
     // If the helper dies, so do we, and with us the whole namespace.
     // (No credential change follows, so this one sticks.)
     if let Err(e) = sys::set_pdeathsig_kill() {
         return FromHelper::Failed(HelperError::Pdeathsig(e));
     }
-    // A /proc of this PID namespace, so that the command's own pid matches
-    // /proc/<pid>. Best effort: a host that hides parts of /proc refuses
-    // the mount, and the host /proc (where /proc/self still works) stays.
-    let _ = sys::mount(
-        Some(c"proc"),
-        c"/proc",
-        Some(c"proc"),
-        (libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as libc::c_ulong,
-        None,
-    );
+    let filter = match isolate {
+        // The view is built here, in pid 1: procfs takes the PID namespace
+        // of the process that mounts it, and the helper is not in it.
+        Some(iso) => match isolate_init(iso) {
+            Ok(f) => Some(f),
+            Err(e) => return FromHelper::Failed(e),
+        },
+        None => {
+            // A /proc of this PID namespace, so that the command's own pid
+            // matches /proc/<pid>. Best effort: a host that hides parts of
+            // /proc refuses the mount, and the host /proc (where /proc/self
+            // still works) stays.
+            let _ = sys::mount(
+                Some(c"proc"),
+                c"/proc",
+                Some(c"proc"),
+                (libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC) as libc::c_ulong,
+                None,
+            );
+            None
+        }
+    };
     let (err_r, err_w) = match sys::pipe() {
         Ok(p) => p,
         Err(e) => return FromHelper::Failed(HelperError::Pipe(e)),
@@ -275,6 +332,11 @@ fn init(argv: &[CString], cwd: &CString) -> FromHelper {
             if let Err(e) = sys::chdir(cwd) {
                 fail(1, e)
             }
+            if let Some(f) = &filter {
+                if let Err(e) = strata_sandbox::confine::confine_keeping_uid(f) {
+                    fail(3, Errno(e.errno().unwrap_or(libc::EPERM)))
+                }
+            }
             let e = sys::execvp(argv);
             fail(2, e)
         }
@@ -286,11 +348,11 @@ fn init(argv: &[CString], cwd: &CString) -> FromHelper {
         Ok(b) if b.len() == 8 => {
             let stage = u32::from_le_bytes(b[..4].try_into().expect("4"));
             let e = Errno(i32::from_le_bytes(b[4..].try_into().expect("4")));
-            Some(if stage == 1 {
-                SpawnFailure::Chdir(e)
-            } else {
-                SpawnFailure::Exec(e)
-            })
+            match stage {
+                1 => Some(SpawnFailure::Chdir(e)),
+                3 => return FromHelper::Failed(HelperError::IsolateConfine(e)),
+                _ => Some(SpawnFailure::Exec(e)),
+            }
         }
         Ok(_) => None,
         Err(e) => return FromHelper::Failed(HelperError::ReadReport(e)),
@@ -317,6 +379,18 @@ fn init(argv: &[CString], cwd: &CString) -> FromHelper {
     } else {
         FromHelper::Failed(HelperError::InitDied(describe(status)))
     }
+}
+
+/// The `--isolate` part of the init: the compiled filter (before the view
+/// hides anything it might read), the view, `lo`.
+fn isolate_init(iso: &IsolateView) -> Result<strata_sandbox::CompiledPolicy, HelperError> {
+    let filter = strata_sandbox::Policy::default()
+        .compile()
+        .map_err(|e| HelperError::IsolatePolicy(e.to_string()))?;
+    strata_sandbox::mounts::build_view(&iso.config)
+        .map_err(|e| HelperError::IsolateView(e.to_string()))?;
+    strata_sandbox::net::loopback_up().map_err(|e| HelperError::IsolateLoopback(e.to_string()))?;
+    Ok(filter)
 }
 
 fn describe(status: libc::c_int) -> String {

@@ -1,6 +1,6 @@
 //! `strata run` with no root: one command whose view has a Workspace
 //! grafted at a path, through FUSE mounted inside an unprivileged user
-//! namespace (BRIEF section 4).
+//! namespace (docs/design.md §4).
 //!
 //! The parent (this process, which may have threads) creates the Workspace
 //! and re-executes the strata binary as a single-threaded helper
@@ -11,6 +11,12 @@
 //! `Session::from_fd`); the helper then runs the command and reports its
 //! status. With a commit message the changes are committed when it exits;
 //! otherwise they are discarded.
+//!
+//! Plain `run` is a convenience, not a sandbox: the command has the
+//! invoking user's rights on the host's files, sees the host and has its
+//! network. [`RunSpec::isolate`] confines it like a Sandbox command
+//! (docs/security.md): strata-sandbox's minimal host view, no network but
+//! `lo`, no capability, no_new_privs, the Sandbox's seccomp filter.
 //!
 //! Binaries that use this crate must call [`maybe_run_internal`] first
 //! thing in `main`, before any thread exists.
@@ -74,6 +80,11 @@ pub struct RunSpec {
     pub commit: Option<String>,
     /// Where scratch directories go (default: the system temp directory).
     pub scratch_parent: Option<PathBuf>,
+    /// `--isolate`: the command sees only the host's system directories
+    /// and /etc (minus what is not world-readable), a private /tmp and the
+    /// Workspace, not the Store; it has no network but `lo`, no capability,
+    /// no_new_privs and the Sandbox's seccomp filter.
+    pub isolate: bool,
 }
 
 /// How the command ended.
@@ -113,7 +124,7 @@ pub struct RunOutcome {
     pub mountpoint: PathBuf,
 }
 
-/// Refuse a cwd inside the mountpoint (BRIEF section 4: it deadlocks).
+/// Refuse a cwd inside the mountpoint (docs/design.md §4: it deadlocks).
 /// Both paths must be absolute and canonical.
 pub fn check_cwd(cwd: &Path, mountpoint: &Path) -> Result<(), RunError> {
     if cwd.starts_with(mountpoint) {
@@ -228,7 +239,7 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
     // One arm per mechanism; a seccomp user-notification mechanism for
     // hosts without a usable /dev/fuse would be another.
     let served = match mechanism {
-        Mechanism::FuseInUserNamespace => serve_and_run(&ws, spec, &mountpoint, uid, gid),
+        Mechanism::FuseInUserNamespace => serve_and_run(store, &ws, spec, &mountpoint, uid, gid),
     };
     let status = match served {
         Ok(s) => s,
@@ -281,6 +292,7 @@ pub fn run(store: &Store, spec: &RunSpec) -> Result<RunOutcome, RunError> {
 /// Spawn the helper, serve the fd it sends, let it run the command, and
 /// wait until the mount is gone.
 fn serve_and_run(
+    store: &Store,
     ws: &Workspace,
     spec: &RunSpec,
     mountpoint: &Path,
@@ -340,6 +352,7 @@ fn serve_and_run(
     let mut helper = HelperGuard(Some(child));
     let mut session = SessionGuard(None);
     let r = talk(
+        store,
         ws,
         spec,
         mountpoint,
@@ -360,6 +373,7 @@ fn serve_and_run(
 
 #[allow(clippy::too_many_arguments)]
 fn talk(
+    store: &Store,
     ws: &Workspace,
     spec: &RunSpec,
     mountpoint: &Path,
@@ -374,6 +388,11 @@ fn talk(
         &ToHelper::Setup(Setup {
             mountpoint: mountpoint.as_os_str().as_bytes().to_vec(),
             cwd: mountpoint.as_os_str().as_bytes().to_vec(),
+            isolate: spec.isolate.then(|| proto::Isolate {
+                // Not in the view anyway unless it lives under /usr or
+                // /etc; masked in case it does.
+                masked: vec![store_key(store).as_os_str().as_bytes().to_vec()],
+            }),
         }),
         None,
     )?;
@@ -386,7 +405,7 @@ fn talk(
     };
 
     // Ids on the FUSE wire are in the mount's user namespace, which maps
-    // exactly one id (BRIEF section 4): every owner goes out as 0, and 0
+    // exactly one id (docs/design.md §4): every owner goes out as 0, and 0
     // comes back as the invoking user. Without this, unlink / rename / link
     // of files that existed before the mount fail with EOVERFLOW and
     // write-opens with EACCES, while reads look healthy. No
@@ -663,7 +682,7 @@ mod tests {
 
     #[test]
     fn cwd_inside_the_mountpoint_is_refused() {
-        // BRIEF section 4: a cwd inside the mountpoint deadlocks.
+        // docs/design.md §4: a cwd inside the mountpoint deadlocks.
         let e = check_cwd(Path::new("/tmp/m/sub"), Path::new("/tmp/m")).unwrap_err();
         assert!(e.to_string().contains("inside the mountpoint"), "{e}");
         assert!(check_cwd(Path::new("/tmp/m"), Path::new("/tmp/m")).is_err());
@@ -673,7 +692,7 @@ mod tests {
 
     #[test]
     fn rootless_mount_options_map_ids_and_skip_default_permissions() {
-        // BRIEF section 4: the mount's namespace maps exactly one id, so
+        // docs/design.md §4: the mount's namespace maps exactly one id, so
         // every owner goes out as 0 and 0 comes back as the invoking user;
         // and no default_permissions (owners would render as nobody).
         let o = mount_options(1500, 1501);

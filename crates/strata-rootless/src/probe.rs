@@ -45,7 +45,7 @@ impl std::fmt::Display for Problem {
                 f,
                 "there is no /dev/fuse; an administrator can load FUSE with `modprobe fuse`"
             ),
-            // BRIEF section 4: /dev/fuse is mode 0600 on these machines, and
+            // docs/design.md §4: /dev/fuse is mode 0600 on these machines, and
             // the probe must say so and say what to do.
             Problem::DevFuseDenied { mode, uid, gid } => write!(
                 f,
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn mode_0600_is_named_with_its_fix() {
-        // BRIEF section 4: /dev/fuse is mode 0600 on these machines.
+        // docs/design.md §4: /dev/fuse is mode 0600 on these machines.
         let p = judge(&Facts {
             dev_fuse: Some((0o600, 0, 0, false)),
             euid: 1500,

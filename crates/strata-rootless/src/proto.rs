@@ -37,6 +37,16 @@ pub struct Setup {
     pub mountpoint: Vec<u8>,
     /// The command's working directory (absolute).
     pub cwd: Vec<u8>,
+    /// `--isolate`: confine the command like a Sandbox command.
+    pub isolate: Option<Isolate>,
+}
+
+/// What `--isolate` needs besides the mountpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Isolate {
+    /// Host paths to mask in the command's view should it show them (the
+    /// Store), raw bytes.
+    pub masked: Vec<Vec<u8>>,
 }
 
 /// Helper -> parent.
@@ -198,6 +208,9 @@ mod tests {
         let s = ToHelper::Setup(Setup {
             mountpoint: b"/tmp/x\xff".to_vec(),
             cwd: b"/".to_vec(),
+            isolate: Some(Isolate {
+                masked: vec![b"/srv/store".to_vec()],
+            }),
         });
         let back: ToHelper = postcard::from_bytes(&encode(&s).unwrap()).unwrap();
         assert_eq!(back, s);

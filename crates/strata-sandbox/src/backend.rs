@@ -1,4 +1,4 @@
-//! The Backend contract (BRIEF §3, B1–B10). [`crate::NativeBackend`]
+//! The Backend contract (docs/design.md §3, B1–B10). [`crate::NativeBackend`]
 //! implements it on [`crate::ns`] and [`crate::exec`]; the Docker and
 //! microVM backends come later, as added arms, not API changes.
 //!
@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
 use crate::exec::Identity;
-use crate::mounts::RootFs;
+use crate::mounts::{BindMount, RootFs};
 use crate::net::Network;
 
 /// First word of the daemon's one-line startup marker on stdout:
@@ -77,7 +77,15 @@ pub struct CreateRequest {
     /// Docker/microVM image reference, pinned by digest.
     pub image: Option<String>,
     pub network: Network,
+    /// Limits of the whole Sandbox. Unset memory and pids limits get the
+    /// host defaults ([`Limits::host_defaults`]: half of the RAM, 4,096
+    /// tasks) unless `no_limits` is set; the record holds the result.
     pub limits: Limits,
+    /// Opt out of the default limits: only what `limits` sets applies
+    /// (nothing, if it is empty). A command can then take the host down
+    /// with a fork bomb or a memory hog.
+    #[serde(default)]
+    pub no_limits: bool,
     /// B2: the Store directory the daemon serves Workspaces from. Commands
     /// never see it.
     pub store: PathBuf,
@@ -90,6 +98,87 @@ pub struct CreateRequest {
     /// Default: the current executable.
     #[serde(default)]
     pub daemon_exe: Option<PathBuf>,
+    /// Host paths shown at the same path inside, on top of the default
+    /// view ([`crate::hostview`]): read-only unless writable. Refused if
+    /// it is not an existing absolute path, overlaps the Store or the
+    /// backend's state, or is the Sandbox's own /tmp, /proc, /sys or /dev.
+    /// Symlinks in it are resolved at create (the record keeps the result).
+    #[serde(default)]
+    pub expose: Vec<Expose>,
+}
+
+/// One `--expose HOST_PATH[:rw]`: a host path bound at the same path
+/// inside the Sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expose {
+    pub path: PathBuf,
+    /// `:rw`: commands may write through to the host (as their uid).
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// A `HOST_PATH[:rw]` argument that can never be right.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expose {arg:?}: {why}; give an absolute host path without '..', optionally followed by :ro or :rw (e.g. /srv/data:rw)")]
+pub struct ExposeSyntaxError {
+    pub arg: String,
+    pub why: &'static str,
+}
+
+impl Expose {
+    /// A read-only exposure of `path`.
+    pub fn read_only(path: impl Into<PathBuf>) -> Self {
+        Expose {
+            path: path.into(),
+            writable: false,
+        }
+    }
+
+    /// A writable exposure of `path`.
+    pub fn writable(path: impl Into<PathBuf>) -> Self {
+        Expose {
+            path: path.into(),
+            writable: true,
+        }
+    }
+
+    /// Parse `HOST_PATH`, `HOST_PATH:ro` or `HOST_PATH:rw`. Only the syntax
+    /// is checked here (absolute, no `..`, no NUL); whether the path
+    /// exists and may be shown is checked at create.
+    pub fn parse(arg: &str) -> Result<Expose, ExposeSyntaxError> {
+        let bad = |why| ExposeSyntaxError {
+            arg: arg.to_string(),
+            why,
+        };
+        let (path, writable) = match arg.rsplit_once(':') {
+            Some((p, "rw")) => (p, true),
+            Some((p, "ro")) => (p, false),
+            _ => (arg, false),
+        };
+        if path.is_empty() {
+            return Err(bad("no path"));
+        }
+        if path.contains('\0') {
+            return Err(bad("NUL byte in the path"));
+        }
+        let p = PathBuf::from(path);
+        if !p.is_absolute() {
+            return Err(bad("not an absolute path"));
+        }
+        if !crate::exec::is_clean_absolute(&p) {
+            return Err(bad("'..' in the path"));
+        }
+        Ok(Expose { path: p, writable })
+    }
+
+    /// The bind mount that shows it.
+    pub fn bind(&self) -> BindMount {
+        BindMount {
+            source: self.path.clone(),
+            target: self.path.clone(),
+            readonly: !self.writable,
+        }
+    }
 }
 
 impl CreateRequest {
@@ -103,10 +192,30 @@ impl CreateRequest {
             image: None,
             network: Network::None,
             limits: Limits::default(),
+            no_limits: false,
             store: store.into(),
             mountpoints: vec![PathBuf::from("/workspace")],
             daemon_exe: None,
+            expose: Vec::new(),
         }
+    }
+}
+
+impl CreateRequest {
+    /// The limits this Sandbox gets: `limits` with the host defaults for
+    /// what it leaves unset, or `limits` alone with `no_limits`.
+    pub fn effective_limits(&self) -> Result<Limits, BackendError> {
+        if self.no_limits {
+            return Ok(self.limits);
+        }
+        self.limits
+            .or_host_defaults()
+            .map_err(|e| BackendError::Invalid {
+                what: "default limits".into(),
+                message: format!(
+                    "{e} (set --memory and --pids explicitly, or --no-limits to run without)"
+                ),
+            })
     }
 }
 
@@ -335,5 +444,48 @@ pub fn launch(
             let _ = backend.delete(&info.id);
             Err(e)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn expose_syntax() {
+        assert_eq!(
+            Expose::parse("/srv/data").unwrap(),
+            Expose::read_only("/srv/data")
+        );
+        assert_eq!(
+            Expose::parse("/srv/data:ro").unwrap(),
+            Expose::read_only("/srv/data")
+        );
+        assert_eq!(
+            Expose::parse("/srv/data:rw").unwrap(),
+            Expose::writable("/srv/data")
+        );
+        // A colon that is not a mode belongs to the path.
+        assert_eq!(
+            Expose::parse("/srv/a:b").unwrap(),
+            Expose::read_only("/srv/a:b")
+        );
+        for (bad, why) in [
+            ("", "no path"),
+            (":rw", "no path"),
+            ("srv/data", "absolute"),
+            ("/srv/../etc:rw", "'..'"),
+            ("/srv/a\0b", "NUL"),
+        ] {
+            let e = Expose::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        let b = Expose::writable("/srv/x").bind();
+        assert_eq!(
+            (b.source.as_path(), b.target.as_path()),
+            (Path::new("/srv/x"), Path::new("/srv/x"))
+        );
+        assert!(!b.readonly);
     }
 }

@@ -1,7 +1,7 @@
 //! Memory, pids and CPU limits for a whole Sandbox, through cgroups v1 or
 //! v2 behind one interface.
 //!
-//! These machines (BRIEF §5) have v1 hierarchies for memory, pids and cpu
+//! These machines (docs/design.md §5) have v1 hierarchies for memory, pids and cpu
 //! under /sys/fs/cgroup/{memory,pids,cpu} and a v2 mount without
 //! controllers; elsewhere a pure v2 system has /sys/fs/cgroup/cgroup.controllers.
 //! Detection follows that: `cgroup.controllers` at the root means v2
@@ -36,6 +36,70 @@ impl Limits {
     pub fn is_empty(&self) -> bool {
         self.memory_bytes.is_none() && self.pids.is_none() && self.cpu_millis.is_none()
     }
+
+    /// The limits every Sandbox gets unless its creator opts out
+    /// (`--no-limits`): memory = half of this host's RAM, pids =
+    /// [`DEFAULT_PIDS`], no CPU limit. Without them one fork bomb or
+    /// memory hog in a command takes the host (docs/security.md).
+    pub fn host_defaults() -> Result<Limits, CgroupError> {
+        let path = Path::new("/proc/meminfo");
+        let text = read(path)?;
+        let total_kb = parse_mem_total_kb(&text).ok_or_else(|| CgroupError::Read {
+            path: path.into(),
+            source: io::Error::other("no MemTotal line"),
+        })?;
+        // Whole MiB: the kernel rounds a limit down to whole pages, and a
+        // recorded value that reads back unchanged is easier to check.
+        let half = total_kb.saturating_mul(1024) / 2;
+        Ok(Limits {
+            memory_bytes: Some(half - half % (1 << 20)),
+            pids: Some(DEFAULT_PIDS),
+            cpu_millis: None,
+        })
+    }
+
+    /// `self` with its unset memory and pids limits taken from
+    /// [`Limits::host_defaults`] (an explicit limit always wins).
+    pub fn or_host_defaults(self) -> Result<Limits, CgroupError> {
+        let d = Limits::host_defaults()?;
+        Ok(Limits {
+            memory_bytes: self.memory_bytes.or(d.memory_bytes),
+            pids: self.pids.or(d.pids),
+            cpu_millis: self.cpu_millis.or(d.cpu_millis),
+        })
+    }
+}
+
+/// Default pids limit of a Sandbox (processes and threads of the whole
+/// Sandbox: init, daemon and commands).
+pub const DEFAULT_PIDS: u64 = 4096;
+
+/// Name of the child cgroup the daemon's commands run in, below the
+/// Sandbox's cgroup (see [`commands_pids`]).
+pub const COMMANDS_CGROUP: &str = "commands";
+/// Name of the child cgroup of the monitor, PID 1 and the daemon (cgroup
+/// v2 allows processes only in leaves once controllers are enabled for
+/// children, so the Sandbox's own processes get a leaf too; v1 uses the
+/// same layout so that both behave alike).
+pub const INIT_CGROUP: &str = "init";
+
+/// The pids limit of the commands' child cgroup for a Sandbox limited to
+/// `total`: a quarter of it (at most 256, at least 1) stays reserved for
+/// the init and the daemon (its threads count as tasks), so that a fork
+/// bomb holding every pid the commands may have cannot stop the daemon
+/// from answering or from starting the next exec.
+pub fn commands_pids(total: u64) -> u64 {
+    let reserve = (total / 4).clamp(1, 256);
+    total.saturating_sub(reserve).max(1)
+}
+
+/// `MemTotal` of /proc/meminfo, in KiB.
+fn parse_mem_total_kb(meminfo: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
 }
 
 /// CFS period used for CPU limits: 100 ms, the kernel default.
@@ -348,6 +412,72 @@ impl Cgroup {
         Ok(())
     }
 
+    /// Create the child cgroup `name` of this one, with `limits` (each must
+    /// be within this cgroup's controllers). On v2 the controllers this
+    /// cgroup has are first enabled for its children, which is only
+    /// allowed while it holds no process: create children before joining.
+    pub fn child(&self, name: &str, limits: &Limits) -> Result<Cgroup, CgroupError> {
+        check_name(name)?;
+        if self.v2 {
+            if let Some((_, dir, _)) = self.dirs.first() {
+                let available = read(&dir.join("cgroup.controllers"))?;
+                let enable: Vec<String> = available
+                    .split_whitespace()
+                    .filter(|c| matches!(*c, "memory" | "pids" | "cpu"))
+                    .map(|c| format!("+{c}"))
+                    .collect();
+                if !enable.is_empty() {
+                    let path = dir.join("cgroup.subtree_control");
+                    write(&path, &enable.join(" "))?;
+                }
+            }
+        }
+        let cg = Cgroup {
+            dirs: self
+                .dirs
+                .iter()
+                .map(|(c, dir, _)| (c.clone(), dir.join(name), dir.clone()))
+                .collect(),
+            v2: self.v2,
+        };
+        for (_, dir, _) in &cg.dirs {
+            match fs::create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(CgroupError::Create {
+                        path: dir.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+        cg.apply(limits)?;
+        Ok(cg)
+    }
+
+    /// Open `cgroup.procs` of every directory of this cgroup for writing
+    /// (close-on-exec). Writing "0" to such a file moves the writer into
+    /// the cgroup (cgroups(7)); the permission check uses the opener's
+    /// credentials (and, on v2, its cgroup namespace), so a process that
+    /// inherits the descriptor can join a cgroup it cannot name, e.g. the
+    /// exec helper inside the Sandbox, which has no cgroup filesystem.
+    pub fn open_procs(&self) -> Result<Vec<std::os::fd::OwnedFd>, CgroupError> {
+        let mut out = Vec::new();
+        for (_, dir, _) in &self.dirs {
+            let path = dir.join("cgroup.procs");
+            let f = fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|source| CgroupError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+            out.push(std::os::fd::OwnedFd::from(f));
+        }
+        Ok(out)
+    }
+
     /// Move process `pid` (and, in v1 and v2 alike, all its threads) in.
     pub fn add_process(&self, pid: u32) -> Result<(), CgroupError> {
         for (_, dir, _) in &self.dirs {
@@ -384,11 +514,25 @@ impl Cgroup {
         Ok(out)
     }
 
-    /// Remove the cgroup directories. `rmdir` fails with EBUSY while tasks
-    /// remain (they may still be exiting), so retry until `wait` passes.
+    /// Remove the cgroup directories, their child cgroups first (one level:
+    /// [`INIT_CGROUP`], [`COMMANDS_CGROUP`]; nothing inside a Sandbox can
+    /// make deeper ones, it has no cgroup filesystem). `rmdir` fails with
+    /// EBUSY while tasks remain (they may still be exiting), so retry until
+    /// `wait` passes.
     pub fn destroy(self, wait: Duration) -> Result<(), CgroupError> {
         let start = Instant::now();
+        let mut dirs: Vec<PathBuf> = Vec::new();
         for (_, dir, _) in &self.dirs {
+            if let Ok(rd) = fs::read_dir(dir) {
+                for e in rd.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        dirs.push(e.path());
+                    }
+                }
+            }
+            dirs.push(dir.clone());
+        }
+        for dir in &dirs {
             loop {
                 match fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -537,6 +681,105 @@ mod tests {
         assert_eq!(cg.paths(), vec![m("pids").join("x/left")]);
         cg.destroy(Duration::ZERO).unwrap();
         assert!(!m("pids").join("x/left").exists());
+    }
+
+    #[test]
+    fn children_and_their_removal() {
+        // v1: a child in each controller directory, with its own limits;
+        // destroy removes the children first.
+        let root = tempfile::tempdir().unwrap();
+        let m = |c: &str| root.path().join(c);
+        for c in ["memory", "pids"] {
+            fs::create_dir_all(m(c).join("x")).unwrap();
+        }
+        let h = Hierarchy::V1 {
+            mounts: vec![("memory".into(), m("memory")), ("pids".into(), m("pids"))],
+        };
+        let selfs: Vec<(String, String)> = ["memory", "pids"]
+            .iter()
+            .map(|c| (c.to_string(), "/x".to_string()))
+            .collect();
+        let limits = Limits {
+            memory_bytes: Some(1 << 30),
+            pids: Some(4096),
+            cpu_millis: None,
+        };
+        let cg = Cgroup::create_in(&h, &selfs, "sb", &limits).unwrap();
+        let commands = cg
+            .child(
+                COMMANDS_CGROUP,
+                &Limits {
+                    pids: Some(commands_pids(4096)),
+                    ..Limits::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(read(&m("pids").join("x/sb/commands/pids.max")), "3840");
+        assert_eq!(
+            commands.paths(),
+            vec![
+                m("memory").join("x/sb/commands"),
+                m("pids").join("x/sb/commands")
+            ]
+        );
+        // (A plain tree cannot rmdir a directory with files; a cgroupfs can.)
+        for d in commands.paths().iter().chain(cg.paths().iter()) {
+            for e in fs::read_dir(d).unwrap().flatten() {
+                if e.file_type().unwrap().is_file() {
+                    fs::remove_file(e.path()).unwrap();
+                }
+            }
+        }
+        cg.destroy(Duration::ZERO).unwrap();
+        assert!(!m("pids").join("x/sb").exists());
+        assert!(!m("memory").join("x/sb").exists());
+
+        // v2: the controllers the Sandbox's cgroup has are enabled for its
+        // children before they are made.
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("app")).unwrap();
+        let h = Hierarchy::V2 {
+            root: root.path().into(),
+        };
+        let selfs = vec![(String::new(), "/app".to_string())];
+        let cg = Cgroup::create_in(&h, &selfs, "sb", &limits).unwrap();
+        fs::write(
+            root.path().join("app/sb/cgroup.controllers"),
+            "cpu memory pids io\n",
+        )
+        .unwrap();
+        cg.child(INIT_CGROUP, &Limits::default()).unwrap();
+        assert_eq!(
+            read(&root.path().join("app/sb/cgroup.subtree_control")),
+            "+cpu +memory +pids"
+        );
+        assert!(root.path().join("app/sb/init").is_dir());
+    }
+
+    #[test]
+    fn defaults_and_the_commands_reserve() {
+        assert_eq!(
+            parse_mem_total_kb("MemTotal:       24684084 kB\nMemFree: 1 kB\n"),
+            Some(24684084)
+        );
+        let d = Limits::host_defaults().unwrap();
+        assert_eq!(d.pids, Some(DEFAULT_PIDS));
+        assert_eq!(d.cpu_millis, None);
+        let mem = d.memory_bytes.unwrap();
+        assert_eq!(mem % (1 << 20), 0);
+        // An explicit limit wins; unset ones get the defaults.
+        let l = Limits {
+            pids: Some(10),
+            ..Limits::default()
+        }
+        .or_host_defaults()
+        .unwrap();
+        assert_eq!((l.pids, l.memory_bytes), (Some(10), Some(mem)));
+        assert_eq!(commands_pids(4096), 3840);
+        assert_eq!(commands_pids(128), 96);
+        assert_eq!(commands_pids(100_000), 100_000 - 256);
+        assert_eq!(commands_pids(2), 1);
+        assert_eq!(commands_pids(1), 1);
     }
 
     #[test]

@@ -34,7 +34,8 @@ use std::path::{Path, PathBuf};
 use rustix::mount::MountPropagationFlags;
 use serde::{Deserialize, Serialize};
 
-use crate::mounts::{fd_path, open_path, populate_dev, step, DevSource, MountError};
+use crate::dev::{populate_dev, DevSource};
+use crate::mounts::{fd_path, open_path, step, MountError};
 
 /// `argv[1]` of the daemon-view step.
 pub const DAEMON_VIEW_ARG: &str = "__strata-daemon-view";

@@ -50,6 +50,10 @@ pub enum ExecError {
     },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
+    #[error("exec: writing {value} to /proc/self/oom_score_adj: {source}")]
+    OomScoreAdj { value: i32, source: io::Error },
+    #[error("exec: keeping the commands' cgroup descriptor {fd} open for the daemon: {source}")]
+    KeepFd { fd: i32, source: io::Error },
     #[error("exec: PR_SET_SECUREBITS: {source}")]
     SecureBits { source: io::Error },
     #[error("exec: clearing the ambient capability set: {source}")]
@@ -96,6 +100,8 @@ impl ExecError {
             | ClearCaps { source }
             | NoNewPrivs { source }
             | Chdir { source, .. }
+            | OomScoreAdj { source, .. }
+            | KeepFd { source, .. }
             | Execve { source, .. } => source.raw_os_error(),
             Rlimit(RlimitError::Set { source, .. }) => source.raw_os_error(),
             Seccomp(InstallError::Install { source, .. }) => source.raw_os_error(),
@@ -106,11 +112,27 @@ impl ExecError {
     }
 }
 
+/// `oom_score_adj` of every command (proc(5)): the kernel's OOM killer,
+/// the Sandbox's memory cgroup's included, picks a command before anything
+/// else. Set by root, so it is also the command's floor
+/// (`oom_score_adj_min`): the command cannot lower it again.
+pub const COMMAND_OOM_SCORE_ADJ: i32 = 500;
+/// `oom_score_adj` of the Sandbox's monitor, PID 1 and daemon: never the
+/// OOM killer's choice, however many small processes the commands start.
+/// Inherited over fork and execve, hence reset for every command.
+pub const DAEMON_OOM_SCORE_ADJ: i32 = -1000;
+
+/// Write `value` to /proc/self/oom_score_adj. Lowering it needs
+/// CAP_SYS_RESOURCE (proc(5)): call as root, before any drop.
+pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
+    std::fs::write("/proc/self/oom_score_adj", value.to_string())
+}
+
 /// The securebits of every command: NOROOT, NOROOT_LOCKED,
 /// NO_SETUID_FIXUP_LOCKED, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE and
 /// NO_CAP_AMBIENT_RAISE_LOCKED (bits 6 and 7, which rustix does not name).
 pub const SECURE_BITS_VALUE: u32 = (1 << 0) | (1 << 1) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7);
-const SECURE_BITS: rustix::thread::CapabilitiesSecureBits =
+pub(crate) const SECURE_BITS: rustix::thread::CapabilitiesSecureBits =
     rustix::thread::CapabilitiesSecureBits::from_bits_retain(SECURE_BITS_VALUE);
 
 fn last_os_error() -> io::Error {
@@ -160,6 +182,15 @@ fn drop_privileges_and_exec_inner(
         r.apply()?;
     }
 
+    // 3a. oom_score_adj, while still root: the helper and PID 1 inherit
+    //     the daemon's -1000, which must not reach a command; written by a
+    //     privileged process it is also the floor the command cannot go
+    //     below (proc(5), oom_score_adj_min).
+    set_oom_score_adj(COMMAND_OOM_SCORE_ADJ).map_err(|source| ExecError::OomScoreAdj {
+        value: COMMAND_OOM_SCORE_ADJ,
+        source,
+    })?;
+
     // 4. Securebits (capabilities(7), "The securebits flags"), while we
     //    still have CAP_SETPCAP, each locked so that neither the command
     //    nor anything it runs can change them back:
@@ -181,19 +212,7 @@ fn drop_privileges_and_exec_inner(
     //    no execve (e.g. of a file with capabilities) can add anything back.
     //    By number, not by a fixed enum, so capabilities newer than this
     //    code are dropped too.
-    for cap in 0..=cap_last_cap() {
-        // SAFETY: PR_CAPBSET_DROP takes an integer argument only.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
-        if rc != 0 {
-            let err = last_os_error();
-            // EINVAL: the kernel has no capability with this number (only
-            // possible when cap_last_cap was unreadable): we are done.
-            if err.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
-                break;
-            }
-            return Err(ExecError::DropBoundingCap { cap, source: err });
-        }
-    }
+    drop_bounding_set()?;
 
     // 7. Groups, then gid, while we still have CAP_SETGID: supplementary
     //    groups first (root's groups would otherwise survive), then real,
@@ -250,6 +269,25 @@ fn drop_privileges_and_exec_inner(
 
     // 14. execve (PATH search like execvp(3), see execve_search).
     Err(execve_search(p))
+}
+
+/// Empty the capability bounding set (step 6 of the drop; also
+/// crate::confine). Needs CAP_SETPCAP (prctl(2), PR_CAPBSET_DROP).
+pub(crate) fn drop_bounding_set() -> Result<(), ExecError> {
+    for cap in 0..=cap_last_cap() {
+        // SAFETY: PR_CAPBSET_DROP takes an integer argument only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+        if rc != 0 {
+            let err = last_os_error();
+            // EINVAL: the kernel has no capability with this number (only
+            // possible when cap_last_cap was unreadable): we are done.
+            if err.raw_os_error() == Some(libc::EINVAL) && cap > 0 {
+                break;
+            }
+            return Err(ExecError::DropBoundingCap { cap, source: err });
+        }
+    }
+    Ok(())
 }
 
 /// Steps 1 and 2 of the drop, shared with [`exec_privileged`].
@@ -453,12 +491,25 @@ fn execve_search(p: &PreparedExec) -> ExecError {
 }
 
 /// Run a command as root *with* its capabilities and without the seccomp
-/// filter: only for the Sandbox's daemon (BRIEF §3 B4: "the daemon as root
+/// filter: only for the Sandbox's daemon (docs/design.md §3, B4: "the daemon as root
 /// with CAP_SYS_ADMIN"), never for a command. Signals, inherited fds,
 /// rlimits and cwd are handled as for a command.
 pub fn exec_privileged(p: &PreparedExec) -> ExecError {
     if let Err(e) = reset_inherited_state().and_then(|()| apply_session(p.session)) {
         return e;
+    }
+    // The descriptors the daemon needs (the commands' cgroup), back from
+    // the close-on-exec that reset_inherited_state put on everything.
+    for &fd in &p.keep_fds {
+        // SAFETY: `fd` was inherited open from PID 1 (the monitor opened it
+        // before forking); borrowed only for this fcntl.
+        let bfd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if let Err(e) = rustix::io::fcntl_setfd(bfd, rustix::io::FdFlags::empty()) {
+            return ExecError::KeepFd {
+                fd,
+                source: e.into(),
+            };
+        }
     }
     for r in &p.rlimits {
         if let Err(e) = r.apply() {

@@ -7,7 +7,7 @@
 //! children and reset in [`crate::exec`] before the command's `execve`.
 
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use rustix::process::{Pid, WaitOptions, WaitStatus};
 use rustix::thread::UnshareFlags;
@@ -149,8 +149,46 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
         }
     };
 
+    // 0. Never the OOM killer's choice: inherited by PID 1 and the daemon
+    //    (a command gets its own value back in the privilege drop). As
+    //    root, before anything else: lowering needs CAP_SYS_RESOURCE
+    //    (proc(5)). Root without it (a container that dropped it) keeps
+    //    its value, the lowest it may have; commands still get +500.
+    match crate::exec::set_oom_score_adj(crate::exec::DAEMON_OOM_SCORE_ADJ) {
+        Ok(()) => {}
+        // Said on stderr only for a daemon (its log); a command's stderr is
+        // the caller's stream and carries nothing of ours.
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) && wire.run_as != RunAs::Root => {}
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => eprintln!(
+            "strata sandbox: no CAP_SYS_RESOURCE: the init and daemon keep oom_score_adj {} instead of {} (commands get {})",
+            std::fs::read_to_string("/proc/self/oom_score_adj")
+                .unwrap_or_default()
+                .trim(),
+            crate::exec::DAEMON_OOM_SCORE_ADJ,
+            crate::exec::COMMAND_OOM_SCORE_ADJ
+        ),
+        Err(e) => {
+            return finish(Report::Failed(os_failure(
+                "oom",
+                format!(
+                    "writing {} to /proc/self/oom_score_adj",
+                    crate::exec::DAEMON_OOM_SCORE_ADJ
+                ),
+                &e,
+            )))
+        }
+    }
+
     // 1. cgroup first, joined by the monitor itself, so PID 1 and
     //    everything below it are born inside (no window outside limits).
+    //    Layout: the Sandbox's cgroup holds the limits; its child `init`
+    //    holds the monitor, PID 1 and the daemon; its child `commands`
+    //    holds what the daemon's exec helpers start, with a pids limit
+    //    below the Sandbox's (cgroup::commands_pids), so a fork bomb there
+    //    leaves the daemon room to answer. The daemon gets that cgroup as
+    //    open `cgroup.procs` descriptors (it has no cgroup filesystem).
+    let mut prepared = prepared.clone();
+    let mut keep: Vec<OwnedFd> = Vec::new();
     let cgroup = if wire.config.limits.is_empty() {
         None
     } else {
@@ -159,9 +197,29 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
             .cgroup_name
             .clone()
             .unwrap_or_else(|| format!("strata-{}", std::process::id()));
+        let setup = |cg: &Cgroup| -> Result<Vec<OwnedFd>, crate::cgroup::CgroupError> {
+            let init = cg.child(
+                crate::cgroup::INIT_CGROUP,
+                &crate::cgroup::Limits::default(),
+            )?;
+            let commands = cg.child(
+                crate::cgroup::COMMANDS_CGROUP,
+                &crate::cgroup::Limits {
+                    pids: wire.config.limits.pids.map(crate::cgroup::commands_pids),
+                    ..Default::default()
+                },
+            )?;
+            init.add_process(std::process::id())?;
+            commands.open_procs()
+        };
         match Cgroup::create(&name, &wire.config.limits) {
-            Ok(cg) => {
-                if let Err(e) = cg.add_process(std::process::id()) {
+            Ok(cg) => match setup(&cg) {
+                Ok(fds) => {
+                    keep = fds;
+                    Some(cg)
+                }
+                Err(e) => {
+                    let _ = cg.move_to_parent(std::process::id());
                     let _ = cg.destroy(std::time::Duration::ZERO);
                     return finish(Report::Failed(Failure {
                         stage: "cgroup".into(),
@@ -169,8 +227,7 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
                         errno: None,
                     }));
                 }
-                Some(cg)
-            }
+            },
             Err(e) => {
                 return finish(Report::Failed(Failure {
                     stage: "cgroup".into(),
@@ -180,8 +237,15 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
             }
         }
     };
+    if wire.run_as == RunAs::Root && !keep.is_empty() {
+        let list: Vec<String> = keep.iter().map(|f| f.as_raw_fd().to_string()).collect();
+        prepared.push_env(crate::internal::COMMANDS_CGROUP_ENV, &list.join(","));
+        prepared.keep_fds = keep.iter().map(AsRawFd::as_raw_fd).collect();
+    }
+    let prepared = &prepared;
 
     let report = monitor_inner(wire, prepared);
+    drop(keep);
 
     // Cleanup: PID 1 is gone and with it every process of the PID
     // namespace (the kernel kills them when the namespace's init exits and

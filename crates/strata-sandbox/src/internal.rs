@@ -1,5 +1,5 @@
 //! The hidden subcommands a strata binary answers when re-executed, and
-//! their argv encoding.
+//! how their settings travel.
 //!
 //! * `__strata-init`: the Sandbox init (monitor + PID 1), see [`crate::ns`].
 //! * `__strata-exec`: the single-threaded exec helper: a multi-threaded
@@ -7,24 +7,39 @@
 //!   privileges and `execve`s the command ([`exec_helper_command`]).
 //! * `__strata-daemon-view`: a container's entrypoint, which gives the
 //!   daemon the same two-layer /dev as a native Sandbox and then execs it
-//!   ([`crate::daemon_view`]).
+//!   ([`crate::daemon_view`]). Its settings (the command-only masks) are
+//!   no secret and the Engine starts it, so they stay in its argv
+//!   ([`encode_argv`]).
 //!
-//! argv layout (both): `EXE SUBCOMMAND SETTINGS_JSON NAME=VALUE... -- ARGV...`.
-//! The command's environment and argv travel as separate argv items, not
-//! inside the JSON, so they can be arbitrary bytes and as large as execve
-//! allows for the command itself; the JSON holds only small settings. No
-//! environment variable and no inherited file descriptor is used, so
-//! nothing leaks into unrelated children of a multi-threaded parent.
+//! For the init and the exec helper, argv is `EXE SUBCOMMAND FD` and
+//! nothing else: argv is world-readable in
+//! /proc/PID/cmdline until the process execs, so the settings (the
+//! Sandbox's config, the command's argv and environment, which may carry
+//! secrets) travel in a sealed memfd the re-executed process inherits as
+//! descriptor FD and reads first thing (`SETTINGS_JSON NUL NAME=VALUE NUL
+//! ... -- NUL ARGV NUL ...`; no item can hold a NUL, so the split is
+//! unambiguous, and argv/env stay arbitrary bytes). /proc/PID/fd of a root
+//! process is closed to the commands' uid (ptrace access mode checks,
+//! proc(5)). The exec helper reports a failure before `execve` on a pipe
+//! it inherits the same way, close-on-exec: EOF with nothing written means
+//! the command started. No environment variable carries settings, and no
+//! descriptor is inherited by unrelated children of a multi-threaded
+//! parent: each one is close-on-exec there and made inheritable only in
+//! the one child, after fork (`pre_exec`, fcntl(2) only).
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
 use crate::exec::{ExecSpec, Failure, Identity, Session};
-use crate::ns::{RunAs, SandboxConfig, SANDBOX_FAILURE_EXIT};
+use crate::ns::{RunAs, SandboxConfig, SpawnError, SANDBOX_FAILURE_EXIT};
 use crate::rlimit::Rlimit;
 use crate::seccomp::Policy;
 
@@ -32,9 +47,19 @@ use crate::seccomp::Policy;
 pub const INIT_ARG: &str = "__strata-init";
 /// `argv[1]` of the exec helper.
 pub const EXEC_ARG: &str = "__strata-exec";
-/// Exit code of the exec helper when it failed before `execve` (the
-/// report file says why).
+/// Exit code of the exec helper when it failed before `execve` (its
+/// report pipe says why).
 pub const EXEC_HELPER_FAILURE_EXIT: i32 = 127;
+/// Most bytes of a failure report the reader takes (a report is a few
+/// hundred bytes; anything longer is not one).
+pub const MAX_REPORT_BYTES: usize = 64 << 10;
+/// Most bytes of settings a re-executed process reads: argv and env up to
+/// their own limit, plus the JSON settings.
+const MAX_SETTINGS_BYTES: usize = crate::spec::MAX_ARGV_ENV_BYTES + (1 << 20);
+/// Environment variable naming, to the Sandbox's daemon, the descriptors
+/// of the commands' cgroup (`cgroup.procs` files, comma-separated numbers;
+/// not a secret, and the daemon's environment is readable by root only).
+pub const COMMANDS_CGROUP_ENV: &str = "STRATA_COMMANDS_CGROUP_FDS";
 
 /// Settings of `__strata-init`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,18 +85,18 @@ struct ExecWire {
     session: Session,
     cwd: PathBuf,
     rlimits: Vec<Rlimit>,
-    /// Where to write a [`Failure`] if the helper fails before execve.
-    report: Option<PathBuf>,
+    /// The write end of the report pipe: a [`Failure`] as JSON if the
+    /// helper fails before execve.
+    report_fd: RawFd,
+    /// `cgroup.procs` descriptors of the commands' cgroup to join (one per
+    /// v1 hierarchy, one on v2) before anything else.
+    #[serde(default)]
+    join_cgroup: Vec<RawFd>,
 }
 
-pub(crate) fn encode_argv(
-    sub: &str,
-    json: &str,
-    env: &[(OsString, OsString)],
-    argv: &[OsString],
-) -> Vec<OsString> {
-    let mut out = Vec::with_capacity(3 + env.len() + argv.len());
-    out.push(OsString::from(sub));
+/// The settings as separate items: `SETTINGS_JSON NAME=VALUE... -- ARGV...`.
+fn settings_items(json: &str, env: &[(OsString, OsString)], argv: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(2 + env.len() + argv.len());
     out.push(OsString::from(json));
     for (k, v) in env {
         let mut kv = k.clone();
@@ -84,16 +109,44 @@ pub(crate) fn encode_argv(
     out
 }
 
+/// `SUB` and the settings as argv items (the daemon-view entrypoint only:
+/// argv is world-readable).
+pub(crate) fn encode_argv(
+    sub: &str,
+    json: &str,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Vec<OsString> {
+    let mut out = vec![OsString::from(sub)];
+    out.extend(settings_items(json, env, argv));
+    out
+}
+
+/// The settings as one byte string: every item followed by a NUL.
+pub(crate) fn encode_settings(
+    json: &str,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    for item in settings_items(json, env, argv) {
+        out.extend_from_slice(item.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
 type Decoded = (String, Vec<(OsString, OsString)>, Vec<OsString>);
 
-/// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
-pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
-    let (json, rest) = args.split_first().ok_or("missing settings")?;
-    let json = json.to_str().ok_or("settings are not UTF-8")?.to_string();
-    let sep = rest.iter().position(|a| a == "--").ok_or("missing --")?;
+/// Inverse of [`settings_items`].
+fn decode_items(items: &[&[u8]]) -> Result<Decoded, String> {
+    let (json, rest) = items.split_first().ok_or("missing settings")?;
+    let json = std::str::from_utf8(json)
+        .map_err(|_| "settings are not UTF-8")?
+        .to_string();
+    let sep = rest.iter().position(|a| *a == b"--").ok_or("missing --")?;
     let mut env = Vec::new();
-    for kv in &rest[..sep] {
-        let b = kv.as_bytes();
+    for b in &rest[..sep] {
         // An env item always has '=', and "--" never does, so the split
         // is unambiguous.
         let eq = b
@@ -105,7 +158,138 @@ pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
             OsStr::from_bytes(&b[eq + 1..]).to_os_string(),
         ));
     }
-    Ok((json, env, rest[sep + 1..].to_vec()))
+    let argv = rest[sep + 1..]
+        .iter()
+        .map(|a| OsStr::from_bytes(a).to_os_string())
+        .collect();
+    Ok((json, env, argv))
+}
+
+/// Inverse of [`encode_argv`] for `args` = `argv[2..]`.
+pub(crate) fn decode_argv(args: &[OsString]) -> Result<Decoded, String> {
+    let items: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    decode_items(&items)
+}
+
+/// Inverse of [`encode_settings`].
+fn decode_settings(bytes: &[u8]) -> Result<Decoded, String> {
+    let body = bytes
+        .strip_suffix(&[0])
+        .ok_or("settings do not end with NUL")?;
+    let items: Vec<&[u8]> = body.split(|&b| b == 0).collect();
+    decode_items(&items)
+}
+
+/// A sealed memfd holding `bytes` (close-on-exec until a child clears it).
+fn settings_memfd(bytes: &[u8]) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{MemfdFlags, SealFlags};
+    let fd = rustix::fs::memfd_create(
+        "strata-settings",
+        MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+    )?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(bytes)?;
+    // Nobody changes the settings after this, not even by mistake.
+    rustix::fs::fcntl_add_seals(
+        &f,
+        SealFlags::SHRINK | SealFlags::GROW | SealFlags::WRITE | SealFlags::SEAL,
+    )?;
+    Ok(OwnedFd::from(f))
+}
+
+/// Take ownership of inherited descriptor `arg` (a decimal number) after
+/// checking that it is open.
+fn inherited_fd(arg: &OsStr) -> Result<OwnedFd, String> {
+    let n: RawFd = arg
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .filter(|n| *n > 2)
+        .ok_or_else(|| format!("{arg:?} is not a descriptor number above 2"))?;
+    // SAFETY: borrowed only for fcntl(F_GETFD), which fails with EBADF on
+    // a closed descriptor and touches nothing.
+    rustix::io::fcntl_getfd(unsafe { BorrowedFd::borrow_raw(n) })
+        .map_err(|e| format!("descriptor {n}: {e}"))?;
+    // SAFETY: `n` is open (checked above) and was passed to this process
+    // for it alone to own (its parent made it inheritable in this child).
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+/// Read the settings memfd named by `arg` (from offset 0: the file offset
+/// is shared with the writer) and close it.
+fn read_settings(arg: Option<&OsString>) -> Result<Decoded, String> {
+    let fd = inherited_fd(arg.ok_or("missing settings descriptor")?)?;
+    let f = std::fs::File::from(fd);
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = f
+            .read_at(&mut chunk, buf.len() as u64)
+            .map_err(|e| format!("reading the settings: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if buf.len() > MAX_SETTINGS_BYTES {
+            return Err(format!("settings longer than {MAX_SETTINGS_BYTES} bytes"));
+        }
+    }
+    decode_settings(&buf)
+}
+
+/// Make `fds` (close-on-exec here) inheritable in the child `cmd` spawns,
+/// and nowhere else: fcntl(2) in the forked child, which is async-signal-
+/// safe, so this is sound even in a multi-threaded parent. The closure
+/// owns `owned`, so the parent's copies close when `cmd` is dropped.
+fn inherit_in_child(cmd: &mut std::process::Command, owned: Vec<OwnedFd>, borrowed: Vec<RawFd>) {
+    // SAFETY: the closure runs between fork and exec and calls only
+    // fcntl(F_SETFD) on descriptors that are open in the child (copies of
+    // ours: `owned` lives in the closure, `borrowed` for the process's
+    // life); no allocation, no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in owned
+                .iter()
+                .map(AsRawFd::as_raw_fd)
+                .chain(borrowed.iter().copied())
+            {
+                rustix::io::fcntl_setfd(BorrowedFd::borrow_raw(fd), rustix::io::FdFlags::empty())?;
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The commands' cgroup as the Sandbox's daemon inherited it (see
+/// [`COMMANDS_CGROUP_ENV`]): `Ok(empty)` outside a Sandbox with limits.
+static COMMANDS_CGROUP: OnceLock<Result<Vec<OwnedFd>, String>> = OnceLock::new();
+
+/// Take the descriptors named in [`COMMANDS_CGROUP_ENV`]: each must be an
+/// open `cgroup.procs` file; made close-on-exec again, so only the exec
+/// helpers get them (by [`exec_helper_command`]).
+fn adopt_commands_cgroup() {
+    let get = || -> Result<Vec<OwnedFd>, String> {
+        let Some(list) = std::env::var_os(COMMANDS_CGROUP_ENV) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for n in list.as_bytes().split(|&b| b == b',') {
+            let fd = inherited_fd(OsStr::from_bytes(n))?;
+            let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+                .map_err(|e| format!("descriptor {}: {e}", fd.as_raw_fd()))?;
+            if !link.ends_with("cgroup.procs") {
+                return Err(format!(
+                    "descriptor {} is {}, not a cgroup.procs file",
+                    fd.as_raw_fd(),
+                    link.display()
+                ));
+            }
+            rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC)
+                .map_err(|e| format!("descriptor {}: {e}", fd.as_raw_fd()))?;
+            out.push(fd);
+        }
+        Ok(out)
+    };
+    let _ = COMMANDS_CGROUP.set(get().map_err(|e| format!("{COMMANDS_CGROUP_ENV}: {e}")));
 }
 
 /// Is this process single-threaded? The init and the helper rely on it:
@@ -128,22 +312,25 @@ pub(crate) fn thread_count() -> Option<u64> {
 /// single-threaded process and refuse to run otherwise.
 pub fn maybe_run_internal() {
     let args: Vec<OsString> = std::env::args_os().collect();
-    let Some(sub) = args.get(1) else { return };
-    let code = if sub == INIT_ARG {
-        run_init(&args[2..])
-    } else if sub == EXEC_ARG {
-        run_exec_helper(&args[2..])
-    } else if sub == crate::selfcheck::SELFCHECK_ARG {
+    let sub = args.get(1);
+    let code = if sub.is_some_and(|s| s == INIT_ARG) {
+        run_init(args.get(2))
+    } else if sub.is_some_and(|s| s == EXEC_ARG) {
+        run_exec_helper(args.get(2))
+    } else if sub.is_some_and(|s| s == crate::selfcheck::SELFCHECK_ARG) {
         crate::selfcheck::selfcheck_main()
-    } else if sub == crate::daemon_view::DAEMON_VIEW_ARG {
+    } else if sub.is_some_and(|s| s == crate::daemon_view::DAEMON_VIEW_ARG) {
         crate::daemon_view::daemon_view_main(&args[2..])
     } else {
+        // Any other role (the daemon among them): keep the commands'
+        // cgroup if the Sandbox's init handed it over.
+        adopt_commands_cgroup();
         return;
     };
     std::process::exit(code);
 }
 
-fn run_init(args: &[OsString]) -> i32 {
+fn run_init(fd: Option<&OsString>) -> i32 {
     let fail = |report: Option<&Path>, message: String| -> i32 {
         let f = Failure {
             stage: "init".into(),
@@ -156,9 +343,9 @@ fn run_init(args: &[OsString]) -> i32 {
         eprintln!("strata sandbox init: {}", f.message);
         SANDBOX_FAILURE_EXIT
     };
-    let (json, env, argv) = match decode_argv(args) {
+    let (json, env, argv) = match read_settings(fd) {
         Ok(d) => d,
-        Err(e) => return fail(None, format!("bad {INIT_ARG} arguments: {e}")),
+        Err(e) => return fail(None, format!("bad {INIT_ARG} settings: {e}")),
     };
     let wire: InitWire = match serde_json::from_str(&json) {
         Ok(w) => w,
@@ -203,11 +390,11 @@ fn run_init(args: &[OsString]) -> i32 {
     crate::init::run_monitor(&wire, &prepared)
 }
 
-fn run_exec_helper(args: &[OsString]) -> i32 {
-    let (json, env, argv) = match decode_argv(args) {
+fn run_exec_helper(fd: Option<&OsString>) -> i32 {
+    let (json, env, argv) = match read_settings(fd) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("strata exec helper: bad arguments: {e}");
+            eprintln!("strata exec helper: bad settings: {e}");
             return EXEC_HELPER_FAILURE_EXIT;
         }
     };
@@ -218,9 +405,16 @@ fn run_exec_helper(args: &[OsString]) -> i32 {
             return EXEC_HELPER_FAILURE_EXIT;
         }
     };
-    let report = |f: Failure| {
-        if let Some(r) = &wire.report {
-            let _ = write_json_file(r, &f);
+    let mut report_pipe = match inherited_fd(OsStr::new(&wire.report_fd.to_string())) {
+        Ok(fd) => Some(std::fs::File::from(fd)),
+        Err(e) => {
+            eprintln!("strata exec helper: report pipe: {e}");
+            return EXEC_HELPER_FAILURE_EXIT;
+        }
+    };
+    let mut report = |f: Failure| {
+        if let Some(mut p) = report_pipe.take() {
+            let _ = serde_json::to_writer(&mut p, &f);
         }
         eprintln!("strata exec helper: {}", f.message);
         EXEC_HELPER_FAILURE_EXIT
@@ -231,6 +425,24 @@ fn run_exec_helper(args: &[OsString]) -> i32 {
             message: format!("{EXEC_ARG} must run single-threaded"),
             errno: None,
         });
+    }
+    // Into the commands' cgroup first, before anything of the command
+    // runs: its pids limit is below the Sandbox's, so that the daemon
+    // keeps room to answer and start execs while a fork bomb holds every
+    // pid the commands may have. Writing "0" moves the writer (cgroups(7)).
+    for &n in &wire.join_cgroup {
+        let joined = inherited_fd(OsStr::new(&n.to_string())).and_then(|fd| {
+            rustix::io::write(&fd, b"0")
+                .map(drop)
+                .map_err(|e| e.to_string())
+        });
+        if let Err(e) = joined {
+            return report(Failure {
+                stage: "cgroup".into(),
+                message: format!("joining the commands' cgroup (descriptor {n}): {e}"),
+                errno: None,
+            });
+        }
     }
     let spec = ExecSpec {
         argv,
@@ -264,31 +476,132 @@ fn run_exec_helper(args: &[OsString]) -> i32 {
     report(Failure::from(&err))
 }
 
-/// A `std::process::Command` that runs `spec` through the exec helper:
-/// `exe` (a binary calling [`maybe_run_internal`]) re-executes itself
-/// single-threaded, drops privileges and execs the command. If it fails
-/// before `execve`, it exits with [`EXEC_HELPER_FAILURE_EXIT`] and writes a
-/// [`Failure`] as JSON to `report` (a path the caller owns; absent when the
-/// execve happened). The caller sets stdio and spawns; the helper must be
-/// started from inside the Sandbox (the daemon), as root.
-pub fn exec_helper_command(
-    exe: &Path,
-    spec: &ExecSpec,
-    report: Option<&Path>,
-) -> Result<std::process::Command, crate::ns::SpawnError> {
+/// The exec helper, ready to spawn: set stdio on `command`, spawn it, then
+/// **drop `command`** (it holds our copy of the report pipe's write end;
+/// the report never reaches EOF while it lives) and read `report`.
+#[derive(Debug)]
+pub struct HelperCommand {
+    pub command: std::process::Command,
+    pub report: HelperReport,
+}
+
+impl HelperCommand {
+    /// Spawn, drop the command, return the child and its report.
+    pub fn spawn(self) -> std::io::Result<(std::process::Child, HelperReport)> {
+        let HelperCommand {
+            mut command,
+            report,
+        } = self;
+        let child = command.spawn()?;
+        drop(command);
+        Ok((child, report))
+    }
+}
+
+/// The read end of an exec helper's report pipe.
+#[derive(Debug)]
+pub struct HelperReport(OwnedFd);
+
+impl HelperReport {
+    /// The pipe, for an async reader (read at most [`MAX_REPORT_BYTES`]
+    /// and decide with [`parse_report`]).
+    pub fn into_fd(self) -> OwnedFd {
+        self.0
+    }
+
+    /// Block until the helper `execve`d the command or exited, and return
+    /// its failure, if it reported one.
+    pub fn read_blocking(self) -> std::io::Result<Option<Failure>> {
+        let mut buf = Vec::new();
+        std::fs::File::from(self.0)
+            .take(MAX_REPORT_BYTES as u64 + 1)
+            .read_to_end(&mut buf)?;
+        Ok(parse_report(&buf))
+    }
+}
+
+/// What the exec helper's report pipe held up to EOF: nothing means the
+/// command started (the write end closed at its `execve`); anything else
+/// means it never ran, even bytes that are not a report.
+pub fn parse_report(bytes: &[u8]) -> Option<Failure> {
+    if bytes.is_empty() {
+        return None;
+    }
+    if bytes.len() > MAX_REPORT_BYTES {
+        return Some(Failure {
+            stage: "exec".into(),
+            message: format!("the exec helper's report is longer than {MAX_REPORT_BYTES} bytes"),
+            errno: None,
+        });
+    }
+    Some(serde_json::from_slice(bytes).unwrap_or_else(|_| Failure {
+        stage: "exec".into(),
+        message: format!(
+            "the command failed before execve: {}",
+            String::from_utf8_lossy(bytes)
+        ),
+        errno: None,
+    }))
+}
+
+/// A command that runs `spec` through the exec helper: `exe` (a binary
+/// calling [`maybe_run_internal`]) re-executes itself single-threaded as
+/// `EXE __strata-exec FD`, reads its settings from the memfd FD, drops
+/// privileges and execs the command. If it fails before `execve`, it
+/// writes a [`Failure`] to the report pipe and exits with
+/// [`EXEC_HELPER_FAILURE_EXIT`]. Started from inside a Sandbox whose init
+/// handed over the commands' cgroup, the helper joins it first. The
+/// caller sets stdio and spawns; the helper must run as root.
+pub fn exec_helper_command(exe: &Path, spec: &ExecSpec) -> Result<HelperCommand, SpawnError> {
     spec.prepare()?;
+    let join: Vec<RawFd> = match COMMANDS_CGROUP.get() {
+        None => Vec::new(),
+        Some(Ok(fds)) => fds.iter().map(AsRawFd::as_raw_fd).collect(),
+        Some(Err(message)) => {
+            return Err(SpawnError::CommandsCgroup {
+                message: message.clone(),
+            })
+        }
+    };
+    let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SpawnError::Settings { source: e.into() })?;
     let wire = ExecWire {
         identity: spec.identity,
         session: spec.session,
         cwd: spec.cwd.clone(),
         rlimits: spec.rlimits.clone(),
-        report: report.map(Path::to_path_buf),
+        report_fd: report_w.as_raw_fd(),
+        join_cgroup: join.clone(),
     };
     let json =
         serde_json::to_string(&wire).map_err(|source| crate::ns::SpawnError::Encode { source })?;
+    let settings = settings_memfd(&encode_settings(&json, &spec.env, &spec.argv))
+        .map_err(|source| SpawnError::Settings { source })?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(encode_argv(EXEC_ARG, &json, &spec.env, &spec.argv));
+    cmd.arg(EXEC_ARG).arg(settings.as_raw_fd().to_string());
     cmd.env_clear();
+    inherit_in_child(&mut cmd, vec![settings, report_w], join);
+    Ok(HelperCommand {
+        command: cmd,
+        report: HelperReport(report_r),
+    })
+}
+
+/// `EXE __strata-init FD` with `settings` in the memfd FD (see the module
+/// docs), for [`crate::SandboxCommand::spawn`].
+pub(crate) fn init_command(
+    exe: &Path,
+    json: &str,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Result<std::process::Command, SpawnError> {
+    let settings = settings_memfd(&encode_settings(json, env, argv))
+        .map_err(|source| SpawnError::Settings { source })?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg(INIT_ARG).arg(settings.as_raw_fd().to_string());
+    // The init needs no environment; the command's env is in the settings.
+    cmd.env_clear();
+    inherit_in_child(&mut cmd, vec![settings], Vec::new());
     Ok(cmd)
 }
 
@@ -307,21 +620,85 @@ mod tests {
     use super::*;
 
     #[test]
-    fn argv_roundtrip() {
+    fn settings_roundtrip() {
         let env = vec![("A".into(), "b=c".into()), ("EMPTY".into(), "".into())];
         let argv = vec![OsString::from("/bin/echo"), "--".into(), "x=y".into()];
-        let enc = encode_argv(INIT_ARG, "{}", &env, &argv);
-        assert_eq!(enc[0], INIT_ARG);
-        let (json, e, a) = decode_argv(&enc[1..]).unwrap();
+        let enc = encode_settings("{}", &env, &argv);
+        let (json, e, a) = decode_settings(&enc).unwrap();
         assert_eq!(json, "{}");
         assert_eq!(e, env);
         assert_eq!(a, argv);
+        // Through a real memfd, read from offset 0 whatever the writer's
+        // offset.
+        let fd = settings_memfd(&enc).unwrap();
+        let n = OsString::from(fd.as_raw_fd().to_string());
+        std::mem::forget(fd); // read_settings takes ownership
+        let (json, e, a) = read_settings(Some(&n)).unwrap();
+        assert_eq!((json.as_str(), e, a), ("{}", env, argv));
     }
 
     #[test]
-    fn bad_argv_is_an_error() {
-        assert!(decode_argv(&[]).is_err());
-        assert!(decode_argv(&["{}".into(), "NOEQ".into(), "--".into()]).is_err());
-        assert!(decode_argv(&["{}".into(), "A=b".into()]).is_err());
+    fn argv_roundtrip() {
+        let env = vec![("A".into(), "b=c".into())];
+        let argv = vec![OsString::from("/bin/echo"), "--".into()];
+        let enc = encode_argv("sub", "{}", &env, &argv);
+        assert_eq!(enc[0], "sub");
+        let (json, e, a) = decode_argv(&enc[1..]).unwrap();
+        assert_eq!((json.as_str(), e, a), ("{}", env, argv));
+    }
+
+    #[test]
+    fn bad_settings_are_an_error() {
+        assert!(decode_settings(b"").is_err());
+        assert!(decode_settings(b"{}\0NOEQ\0--\0").is_err());
+        assert!(decode_settings(b"{}\0A=b\0").is_err());
+        assert!(decode_settings(b"{}\0--").is_err());
+        assert!(read_settings(Some(&"1".into())).is_err());
+        assert!(read_settings(Some(&"x".into())).is_err());
+        assert!(read_settings(None).is_err());
+    }
+
+    #[test]
+    fn the_helpers_argv_is_its_role_and_a_number() {
+        let spec = ExecSpec {
+            argv: vec!["/bin/echo".into(), "argv-secret".into()],
+            env: vec![("TOKEN".into(), "env-secret".into())],
+            cwd: "/cwd-secret".into(),
+            identity: Identity::default(),
+            rlimits: vec![],
+            session: Session::Inherit,
+        };
+        let h = exec_helper_command(Path::new("/bin/true"), &spec).unwrap();
+        let args: Vec<&OsStr> = h.command.get_args().collect();
+        assert_eq!(args.len(), 2, "{args:?}");
+        assert_eq!(args[0], EXEC_ARG);
+        assert!(
+            args[1].as_bytes().iter().all(u8::is_ascii_digit),
+            "{args:?}"
+        );
+        assert_eq!(h.command.get_envs().count(), 0);
+        // The helper reads them from the memfd instead (a duplicate here:
+        // the command still owns the original).
+        let n: RawFd = args[1].to_str().unwrap().parse().unwrap();
+        // SAFETY: `n` is the memfd `h.command` owns, open until it drops.
+        let dup = rustix::io::fcntl_dupfd_cloexec(unsafe { BorrowedFd::borrow_raw(n) }, 3).unwrap();
+        let dup = OsString::from(std::mem::ManuallyDrop::new(dup).as_raw_fd().to_string());
+        let (json, env, argv) = read_settings(Some(&dup)).unwrap();
+        assert!(json.contains("/cwd-secret"));
+        assert_eq!(env, spec.env);
+        assert_eq!(argv, spec.argv);
+    }
+
+    #[test]
+    fn reports() {
+        assert_eq!(parse_report(b""), None);
+        let f = Failure {
+            stage: "exec".into(),
+            message: "m".into(),
+            errno: Some(2),
+        };
+        assert_eq!(parse_report(&serde_json::to_vec(&f).unwrap()), Some(f));
+        assert!(parse_report(b"garbage").is_some());
+        assert!(parse_report(&vec![b'x'; MAX_REPORT_BYTES + 1]).is_some());
     }
 }

@@ -1,11 +1,13 @@
 //! strata-sandbox: the native (Docker-less) Sandbox primitives of strata.
 //!
 //! * [`seccomp`]: the command's seccomp policy, as reviewed data.
-//! * [`exec`]: the privilege drop and `execve` of one command.
+//! * [`exec`]: the privilege drop and `execve` of one command;
+//!   [`confine`]: the same layers for a process that keeps its uid.
 //! * [`ns`]: run a command in fresh namespaces under a reaping PID 1
 //!   ([`SandboxCommand`]), via the re-exec'd init ([`maybe_run_internal`]).
-//! * [`mounts`], [`net`]: the command's view (read-only root, private
-//!   /tmp, fresh /proc, minimal /dev, loopback-only network).
+//! * [`mounts`], [`hostview`], [`net`]: the command's view (read-only
+//!   minimal host view or rootfs, private /tmp, fresh /proc, minimal /dev,
+//!   loopback-only network); also `strata run --isolate`'s.
 //! * [`cgroup`], [`rlimit`]: limits.
 //! * [`selfcheck`]: does the privilege split hold here (for `strata probe`)?
 //! * [`backend`]: the Backend trait (contract B1–B10); [`native`]: the
@@ -49,8 +51,11 @@ compile_error!("strata-sandbox is Linux-only");
 
 pub mod backend;
 pub mod cgroup;
+pub mod confine;
 pub mod daemon_view;
+mod dev;
 pub mod exec;
+pub mod hostview;
 mod init;
 pub mod internal;
 mod mountpoints;
@@ -80,7 +85,8 @@ pub mod backend_files {
 
 pub use backend::{
     launch, Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths,
-    Endpoint, Filter, SandboxId, SandboxInfo, Started, State, DAEMON_MARKER,
+    Endpoint, Expose, ExposeSyntaxError, Filter, SandboxId, SandboxInfo, Started, State,
+    DAEMON_MARKER,
 };
 pub use cgroup::{Cgroup, CgroupError, Hierarchy, Limits};
 pub use daemon_view::{daemon_view_entrypoint, DAEMON_VIEW_ARG};
@@ -88,7 +94,10 @@ pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
     PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,
 };
-pub use internal::{exec_helper_command, maybe_run_internal, EXEC_ARG, INIT_ARG};
+pub use internal::{
+    exec_helper_command, maybe_run_internal, parse_report, HelperCommand, HelperReport, EXEC_ARG,
+    INIT_ARG,
+};
 pub use mounts::{BindMount, MountError, RootFs};
 pub use native::NativeBackend;
 pub use net::{NetError, Network};

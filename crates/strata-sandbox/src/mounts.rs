@@ -4,13 +4,16 @@
 //! Order (each step's reason is at the step):
 //! 1. make every mount private, so nothing propagates to or from the host;
 //! 2. stage the new root (on a tmpfs private to this namespace): the host
-//!    root bound recursively, or a rootfs dir;
+//!    view (a tmpfs with the host's system directories and /etc, see
+//!    [`crate::hostview`]), or a rootfs dir;
 //! 3. make the whole staged tree read-only, nosuid, nodev (mount_setattr
 //!    with AT_RECURSIVE, Linux 5.12);
-//! 4. fresh /tmp (tmpfs), /proc (procfs of the new PID namespace), /sys
+//! 4. fresh /tmp (tmpfs), /proc (procfs of the new PID namespace, other
+//!    uids' processes hidden), /sys
 //!    (read-only sysfs of the new network namespace), a minimal /dev, and
 //!    with `dev_fuse` a daemon-only /dev stacked on it;
-//! 5. extra bind mounts (the Workspace mounts, later);
+//! 5. extra bind mounts (the daemon's state, exposed host paths), then the
+//!    masks;
 //! 6. pivot_root and detach the old root, so the host tree is unreachable;
 //! 7. shared propagation inside the Sandbox, so commands in mount
 //!    namespaces of their own still receive the daemon's later mounts.
@@ -20,7 +23,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
@@ -30,7 +33,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RootFs {
-    /// The host's own root, recursively bound and read-only.
+    /// The host, read-only, but only what a program needs from it: the
+    /// system directories and /etc without its non-world-readable entries
+    /// on an otherwise empty tmpfs ([`crate::hostview`]). Not /home, /root,
+    /// /srv, /opt, /var, /mnt, /media, /run, nor any Store: more of the
+    /// host only through explicit binds (`--expose`).
     HostReadOnly,
     /// A directory holding a root filesystem (an unpacked image).
     /// Mount points /tmp, /proc, /sys and /dev are created in it if missing
@@ -49,10 +56,7 @@ pub struct BindMount {
     pub readonly: bool,
 }
 
-/// Device nodes a command gets, bound from the host's /dev. Deliberately
-/// no /dev/fuse: a command must not be able to mount a FUSE filesystem
-/// (and nothing else: no block devices, no /dev/kvm, no /dev/mem).
-pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+pub use crate::dev::DEVICES;
 
 /// Where the staged root lives before pivot_root: inside a tmpfs mounted
 /// over /tmp *in the new mount namespace only* (the host's /tmp is not
@@ -92,7 +96,7 @@ pub(crate) fn step<T>(
     })
 }
 
-fn flags(bits: libc::c_ulong) -> MountFlags {
+pub(crate) fn flags(bits: libc::c_ulong) -> MountFlags {
     MountFlags::from_bits_retain(bits as u32)
 }
 
@@ -133,7 +137,11 @@ pub(crate) fn bind(
 /// Remount one bind mount read-only, keeping the flags it must keep:
 /// a bind remount has to repeat nosuid/nodev/noexec that are set (or the
 /// kernel refuses with EPERM when they are "locked").
-fn remount_ro(target: &Path, extra: libc::c_ulong, what: &'static str) -> Result<(), MountError> {
+pub(crate) fn remount_ro(
+    target: &Path,
+    extra: libc::c_ulong,
+    what: &'static str,
+) -> Result<(), MountError> {
     let bits = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | extra;
     step(
         what,
@@ -146,6 +154,11 @@ fn remount_ro(target: &Path, extra: libc::c_ulong, what: &'static str) -> Result
 /// read-only, nosuid and nodev, including submounts that a plain
 /// `MS_REMOUNT|MS_RDONLY` would miss. (rustix has no wrapper for it.)
 fn make_tree_readonly(target: &Path) -> Result<(), MountError> {
+    set_tree_attrs(target, true)
+}
+
+/// [`make_tree_readonly`], or with `readonly` false only nosuid and nodev.
+fn set_tree_attrs(target: &Path, readonly: bool) -> Result<(), MountError> {
     #[repr(C)]
     struct MountAttr {
         attr_set: u64,
@@ -156,8 +169,9 @@ fn make_tree_readonly(target: &Path) -> Result<(), MountError> {
     const MOUNT_ATTR_RDONLY: u64 = 0x1;
     const MOUNT_ATTR_NOSUID: u64 = 0x2;
     const MOUNT_ATTR_NODEV: u64 = 0x4;
+    let ro = if readonly { MOUNT_ATTR_RDONLY } else { 0 };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_set: ro | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
@@ -256,13 +270,6 @@ pub const DEFAULT_MASKED: &[&str] = &[
     "/sys/firmware",
 ];
 
-/// Paths hidden when the view is the host's own root: /run holds the
-/// host's Unix sockets (D-Bus, databases, container engines), and a
-/// read-only mount does not stop `connect(2)` on a socket file (only
-/// regular files, directories and symlinks get EROFS), so the sockets
-/// themselves must be out of sight.
-pub const HOST_ROOT_MASKED: &[&str] = &["/run"];
-
 /// `p` (absolute, inside the Sandbox) resolved under `root`, or `None` if it
 /// does not exist. Symlinks are followed by canonicalize, so the result is
 /// checked to still be under `root`: a link to an absolute path would
@@ -311,8 +318,9 @@ pub(crate) fn mask(target: &Path) -> Result<(), MountError> {
 }
 
 /// Undo the escaping of mountinfo(5) fields (space, tab, newline and
-/// backslash are written as octal `\NNN`).
-pub(crate) fn unescape_mountinfo(field: &str) -> PathBuf {
+/// backslash are written as octal `\NNN`). Public for the daemon, which
+/// checks where a Workspace mount landed.
+pub fn unescape_mountinfo(field: &str) -> PathBuf {
     let b = field.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -337,10 +345,11 @@ pub(crate) fn unescape_mountinfo(field: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
-/// Detach every FUSE mount in the copy of the host root.
+/// Detach every FUSE mount in the copy of the host's system directories.
 ///
-/// The recursive bind copies *all* host mounts, FUSE ones included: a
-/// host-side Workspace (served with allow_other) would be readable by the
+/// A recursive bind copies *all* host mounts below its source, FUSE ones
+/// included: a host-side Workspace mounted under /usr or /etc (served with
+/// allow_other) would be readable by the
 /// command, and, because the copy holds a reference to the superblock, the
 /// host's unmount would not end that FUSE session until this Sandbox ends.
 /// A Sandbox gets Workspaces only through its own binds and daemon.
@@ -391,132 +400,14 @@ fn detach_copies(path: &Path) -> Result<(), MountError> {
     Ok(())
 }
 
-/// Where a /dev tmpfs gets its nodes from.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum DevSource<'a> {
-    /// The host's /dev, a new devpts instance and a new /dev/shm.
-    Host,
-    /// Another /dev (binds of its nodes, its devpts and /dev/shm), without
-    /// /dev/fuse: the commands' /dev in a container (`daemon_view`).
-    Copy,
-    /// As `Copy`, plus /dev/fuse bound from `fuse` and the list of
-    /// command-only masks: the daemon's layer.
-    Lower { fuse: &'a Path },
-}
-
-pub(crate) fn populate_dev(
-    dev: &Path,
-    from: &Path,
-    source: DevSource<'_>,
-    command_masks: &[PathBuf],
-) -> Result<(), MountError> {
-    mount(
-        "tmpfs",
-        dev,
-        "tmpfs",
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        "mode=0755,size=65536",
-        "tmpfs /dev",
-    )?;
-    for name in DEVICES {
-        let target = dev.join(name);
-        touch(&target)?;
-        bind(&from.join(name), &target, false, "bind device node")?;
-        // A bind keeps the source mount's flags (devtmpfs: suid, exec);
-        // a device node needs neither.
-        step(
-            "remount device node nosuid,noexec",
-            &target,
-            rustix::mount::mount_remount(
-                &target,
-                flags(libc::MS_BIND | libc::MS_NOSUID | libc::MS_NOEXEC),
-                "",
-            ),
-        )?;
-    }
-    let pts = dev.join("pts");
-    mkdir_p(&pts, 0o755)?;
-    let shm = dev.join("shm");
-    mkdir_p(&shm, 0o1777)?;
-    match source {
-        DevSource::Host => {
-            // newinstance: a private devpts, so commands see only their own
-            // ptys (devpts(5)); ptmxmode=0666 lets a nonroot command open ptmx.
-            mount(
-                "devpts",
-                &pts,
-                "devpts",
-                libc::MS_NOSUID | libc::MS_NOEXEC,
-                "newinstance,ptmxmode=0666,mode=0620",
-                "devpts /dev/pts",
-            )?;
-            mount(
-                "tmpfs",
-                &shm,
-                "tmpfs",
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                "mode=1777",
-                "tmpfs /dev/shm",
-            )?;
-        }
-        DevSource::Copy | DevSource::Lower { .. } => {
-            bind(&from.join("pts"), &pts, false, "bind the Sandbox's devpts")?;
-            bind(
-                &from.join("shm"),
-                &shm,
-                false,
-                "bind the Sandbox's /dev/shm",
-            )?;
-        }
-    }
-    if let DevSource::Lower { fuse: fuse_source } = source {
-        let fuse = dev.join("fuse");
-        touch(&fuse)?;
-        bind(fuse_source, &fuse, false, "bind /dev/fuse for the daemon")?;
-        // Root-only (0600) and gone with this layer in a command's view.
-        let list = dev.join(
-            Path::new(COMMAND_MASKS_FILE)
-                .strip_prefix("/dev")
-                .unwrap_or(Path::new("")),
-        );
-        let json = serde_json::to_vec(command_masks).unwrap_or_default();
-        step(
-            "write the command-only masks",
-            &list,
-            fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&list)
-                .and_then(|mut f| std::io::Write::write_all(&mut f, &json)),
-        )?;
-    }
-    for (link, to) in [
-        ("ptmx", "pts/ptmx"),
-        ("fd", "/proc/self/fd"),
-        ("stdin", "/proc/self/fd/0"),
-        ("stdout", "/proc/self/fd/1"),
-        ("stderr", "/proc/self/fd/2"),
-    ] {
-        let l = dev.join(link);
-        step("symlink in /dev", &l, std::os::unix::fs::symlink(to, &l))?;
-    }
-    step(
-        "chmod /dev",
-        dev,
-        fs::set_permissions(dev, fs::Permissions::from_mode(0o755)),
-    )?;
-    remount_ro(
-        dev,
-        libc::MS_NOSUID | libc::MS_NOEXEC,
-        "remount /dev read-only",
-    )
-}
-
-/// Build the view and pivot into it. Must run in a fresh mount namespace
-/// (CLONE_NEWNS) as real root, and in the Sandbox's PID and network
-/// namespaces so that /proc and /sys describe them.
-pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
+/// Build the view and pivot into it. Must run single-threaded in a fresh
+/// mount namespace (CLONE_NEWNS) with CAP_SYS_ADMIN over it: as real root
+/// (the Sandbox's init), or as root of a user namespace that owns the
+/// mount, PID and network namespaces (`strata run --isolate`, where the
+/// tmpfs, proc, sysfs and devpts mounts are allowed because they are
+/// FS_USERNS_MOUNT). Must also run as a process *in* the PID and network
+/// namespaces the view is for, so that /proc and /sys describe them.
+pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
     let (root, binds) = (&cfg.root, &cfg.binds);
     let (tmp_size_bytes, dev_fuse) = (cfg.tmp_size_bytes, cfg.dev_fuse);
     // 1. Private propagation for everything, recursively. Without it, the
@@ -557,20 +448,15 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     )?;
     let new_root = PathBuf::from(STAGING_ROOT);
     mkdir_p(&new_root, 0o755)?;
-    match &rootfs_fd {
+    let etc_masks = match &rootfs_fd {
         None => {
-            bind(Path::new("/"), &new_root, true, "bind host / recursively")?;
-            // The copy includes the staging tmpfs itself at <new_root>/tmp,
-            // hiding the host's /tmp and anything mounted below it. Drop it
-            // so that detach_fuse_mounts can reach those mounts by path (a
-            // fresh /tmp covers the directory again in step 4a).
-            let staging_copy = under(&new_root, STAGING_TMPFS);
-            step(
-                "detach the copy of the staging tmpfs",
-                &staging_copy,
-                rustix::mount::unmount(&staging_copy, UnmountFlags::DETACH),
-            )?;
+            // A tmpfs root with the host's system directories bound into
+            // it (crate::hostview), nothing else of the host.
+            let masks = crate::hostview::stage(&new_root)?;
+            // The recursive binds copy the submounts of those directories,
+            // FUSE ones included (see detach_fuse_mounts).
             detach_fuse_mounts(&new_root)?;
+            masks
         }
         Some(fd) => {
             bind(&fd_path(fd), &new_root, true, "bind rootfs")?;
@@ -582,26 +468,41 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
                     mkdir_p(&p, 0o755)?;
                 }
             }
+            Vec::new()
         }
-    }
+    };
 
-    // 2c. Mount points the caller asked for (e.g. /workspace), before the
-    //     read-only step so that it covers them too. Never written to the
-    //     host: see crate::mountpoints.
+    // 2c. Mount points the caller asked for (e.g. /workspace) and the
+    //     targets of the binds of step 5, before the read-only step so that
+    //     it covers them too. Never written to the host: on the host view
+    //     a missing path is created in place only on the root's own tmpfs,
+    //     anywhere else a layer is spliced (crate::mountpoints).
     let readonly = match root {
         RootFs::HostReadOnly => true,
         RootFs::Dir { readonly, .. } => *readonly,
+    };
+    let root_dev = step("stat the new root", &new_root, fs::metadata(&new_root))?.dev();
+    let in_place = |ancestor: &Path| match root {
+        RootFs::HostReadOnly => fs::metadata(ancestor).is_ok_and(|m| m.dev() == root_dev),
+        RootFs::Dir { readonly, .. } => !*readonly,
     };
     crate::mountpoints::create(
         &new_root,
         Path::new(STAGING_TMPFS),
         &cfg.mountpoints,
-        !readonly,
+        &in_place,
+    )?;
+    crate::mountpoints::bind_targets(
+        &new_root,
+        Path::new(STAGING_TMPFS),
+        binds,
+        &bind_fds,
+        &in_place,
     )?;
 
-    // 3. Read-only for the whole staged tree (every submount of the host
-    //    root too), plus nosuid/nodev: nothing on the host tree may grant
-    //    privileges or expose device nodes.
+    // 3. Read-only for the whole staged tree (the root tmpfs, every bound
+    //    system directory and its submounts), plus nosuid/nodev: nothing on
+    //    the host tree may grant privileges or expose device nodes.
     if readonly {
         make_tree_readonly(&new_root)?;
     }
@@ -624,17 +525,35 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     )?;
 
     // 4b. /proc: a fresh procfs shows only the Sandbox's PID namespace
-    //     (procfs takes the PID namespace of the mounting process).
+    //     (procfs takes the PID namespace of the mounting process), and of
+    //     it only the processes the reader may ptrace (proc(5),
+    //     hidepid=invisible): a command sees its own uid's processes, not
+    //     the init's or the daemon's (root), whose command lines and pids
+    //     are nobody else's business; root (the daemon, the exec helper)
+    //     still sees all. `hidepid=2` is the same before Linux 5.8.
     let proc_ = under(&new_root, "/proc");
     detach_copies(&proc_)?;
-    mount(
+    let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    match mount(
         "proc",
         &proc_,
         "proc",
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        "",
+        proc_flags,
+        "hidepid=invisible",
         "procfs /proc",
-    )?;
+    ) {
+        Err(MountError::Step { source, .. }) if source.raw_os_error() == Some(libc::EINVAL) => {
+            mount(
+                "proc",
+                &proc_,
+                "proc",
+                proc_flags,
+                "hidepid=2",
+                "procfs /proc",
+            )?
+        }
+        r => r?,
+    }
 
     // 4c. /sys read-only: sysfs mounted from inside the new network
     //     namespace lists only its interfaces (lo). Read-only because
@@ -658,7 +577,7 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     //     add nodes or replace the symlinks. This is the commands' /dev.
     let dev = under(&new_root, "/dev");
     detach_copies(&dev)?;
-    populate_dev(&dev, Path::new("/dev"), DevSource::Host, &[])?;
+    crate::dev::populate_dev(&dev, Path::new("/dev"), crate::dev::DevSource::Host, &[])?;
 
     // 4e. The daemon's /dev (only with `dev_fuse`): a second tmpfs stacked
     //     on top of the commands' /dev, with the same device binds, the
@@ -671,10 +590,10 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
     if dev_fuse {
         let upper = PathBuf::from(STAGING_DEV);
         mkdir_p(&upper, 0o755)?;
-        let fuse = DevSource::Lower {
+        let fuse = crate::dev::DevSource::Lower {
             fuse: Path::new("/dev/fuse"),
         };
-        populate_dev(&upper, &dev, fuse, &cfg.command_masked_paths)?;
+        crate::dev::populate_dev(&upper, &dev, fuse, &cfg.command_masked_paths)?;
         step(
             "move the daemon's /dev into place (MS_MOVE)",
             &dev,
@@ -682,25 +601,25 @@ pub(crate) fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountErro
         )?;
     }
 
-    // 5. Extra binds (Workspace mounts and the like), after the read-only
-    //    step so that a writable bind stays writable.
+    // 5. Extra binds (the daemon's state, exposed host paths, a rootless
+    //    Workspace), after the read-only step so that a writable bind stays
+    //    writable. A target in the fresh /tmp is created there now (step
+    //    2c could not: 4a covered it).
     for (b, fd) in binds.iter().zip(&bind_fds) {
+        crate::mountpoints::create_in_tmp(&new_root, &b.target, fd)?;
         let target = inside(&new_root, &b.target)?.ok_or_else(|| MountError::BadTarget {
             target: b.target.clone(),
         })?;
         bind(&fd_path(fd), &target, true, "bind mount into the Sandbox")?;
-        if b.readonly {
-            make_tree_readonly(&target)?;
-        }
+        // nosuid, nodev whatever the host's mount allows (an exposed home
+        // directory may hold setuid binaries or device nodes).
+        set_tree_attrs(&target, b.readonly)?;
     }
 
     // 5b. Masks, last, so that nothing mounted above can uncover them: an
     //     empty read-only tmpfs over a directory, /dev/null over a file.
-    let host_masks: &[&str] = match root {
-        RootFs::HostReadOnly => HOST_ROOT_MASKED,
-        RootFs::Dir { .. } => &[],
-    };
-    let defaults = DEFAULT_MASKED.iter().chain(host_masks).map(PathBuf::from);
+    //     On the host view: what /etc holds that others may not read.
+    let defaults = DEFAULT_MASKED.iter().map(PathBuf::from).chain(etc_masks);
     // Without the daemon's /dev layer there is no way to tell commands
     // apart: command-only masks then apply to everyone.
     let command_only: &[PathBuf] = if dev_fuse {

@@ -316,7 +316,8 @@ impl Backend for NativeBackend {
     }
 
     fn create(&self, req: &CreateRequest) -> Result<SandboxInfo, BackendError> {
-        let (store, exe, copy_exe) = check_request(&self.root, req)?;
+        let checked = check_request(&self.root, req)?;
+        let (store, exe, copy_exe) = (checked.store, checked.exe, checked.copy_exe);
         let lock = self.lock()?;
         if let Some(n) = &req.name {
             if let Some((_, r)) = self
@@ -350,7 +351,10 @@ impl Backend for NativeBackend {
             )?;
             let mut config = req.clone();
             config.store = store.clone();
+            // Recorded as applied: `sandbox inspect` shows the defaults.
+            config.limits = req.effective_limits()?;
             config.daemon_exe = Some(exe.clone());
+            config.expose = checked.expose.clone();
             let rec = Record {
                 id: id.clone(),
                 backend: BackendKind::Native,
@@ -582,6 +586,31 @@ impl NativeBackend {
         // The state directory must exist in a rootfs directory to be bound.
         let mut mountpoints = req.mountpoints.clone();
         mountpoints.push(dir.clone());
+        let mut binds = vec![
+            // Same path inside and out: the daemon's config names host
+            // paths, and the host reaches the socket where it is.
+            BindMount {
+                source: dir.clone(),
+                target: dir.clone(),
+                readonly: false,
+            },
+            BindMount {
+                source: req.store.clone(),
+                target: rec.daemon.store.clone(),
+                readonly: false,
+            },
+        ];
+        // The daemon binary in place (the host view shows only system
+        // directories): read-only, at its host path, which the daemon's
+        // exec helper re-executes.
+        if !rec.copy_exe {
+            binds.push(BindMount {
+                source: rec.exe_host.clone(),
+                target: rec.daemon.exe.clone(),
+                readonly: true,
+            });
+        }
+        binds.extend(req.expose.iter().map(|e| e.bind()));
         let cfg = SandboxConfig {
             root: req.root.clone(),
             network: req.network,
@@ -589,20 +618,7 @@ impl NativeBackend {
             limits: req.limits,
             cgroup_name: Some(cgroup_name(id)),
             tmp_size_bytes: None,
-            binds: vec![
-                // Same path inside and out: the daemon's config names host
-                // paths, and the host reaches the socket where it is.
-                BindMount {
-                    source: dir.clone(),
-                    target: dir.clone(),
-                    readonly: false,
-                },
-                BindMount {
-                    source: req.store.clone(),
-                    target: rec.daemon.store.clone(),
-                    readonly: false,
-                },
-            ],
+            binds,
             dev_fuse: true,
             masked_paths: vec![req.store.clone()],
             // Commands never see the state root (this Sandbox's Store bind,

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{
-    BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths, SandboxId,
+    BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths, Expose, SandboxId,
 };
 use crate::cgroup::Cgroup;
 use crate::mounts::RootFs;
@@ -223,7 +223,7 @@ pub fn random_hex(n: usize) -> Result<String, BackendError> {
     fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut buf))
         .map_err(state_err("read random bytes from", path))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(buf))
 }
 
 /// `sb-` and 24 hex digits (96 random bits), the SDK's format.
@@ -304,11 +304,19 @@ pub fn now_unix_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Check the request and resolve the Store and the daemon binary.
-pub(crate) fn check_request(
-    root: &Path,
-    req: &CreateRequest,
-) -> Result<(PathBuf, PathBuf, bool), BackendError> {
+/// What [`check_request`] resolved.
+pub(crate) struct Checked {
+    pub store: PathBuf,
+    pub exe: PathBuf,
+    /// Run a copy of the daemon binary from the state directory.
+    pub copy_exe: bool,
+    /// The exposed paths with their symlinks resolved.
+    pub expose: Vec<Expose>,
+}
+
+/// Check the request and resolve the Store, the daemon binary and the
+/// exposed paths.
+pub(crate) fn check_request(root: &Path, req: &CreateRequest) -> Result<Checked, BackendError> {
     if !rustix::process::geteuid().is_root() {
         return Err(invalid(
             "native backend",
@@ -383,12 +391,74 @@ pub(crate) fn check_request(
             "must be an executable file outside the Store",
         ));
     }
-    // In place where the Sandbox sees the host path; a copy otherwise.
-    let copy = matches!(req.root, RootFs::Dir { .. })
+    // In place (bound read-only at its host path) where the Sandbox can
+    // show the host path; a copy in the state directory otherwise.
+    let copy_exe = matches!(req.root, RootFs::Dir { .. })
         || ["/tmp", "/run", "/proc", "/dev"]
             .iter()
             .any(|p| exe.starts_with(p));
-    Ok((store, exe, copy))
+    let expose = req
+        .expose
+        .iter()
+        .map(|e| check_expose(e, &store, root))
+        .collect::<Result<_, _>>()?;
+    Ok(Checked {
+        store,
+        exe,
+        copy_exe,
+        expose,
+    })
+}
+
+/// An exposed path must exist, and must neither hold nor lie in the Store
+/// or the state root (commands would reach the database, other Sandboxes'
+/// tokens and sockets); the Sandbox's own /tmp, /proc, /sys and /dev are
+/// not the host's to replace. Checked on the resolved path, so a symlink
+/// cannot lead around it; the resolved path is what gets bound.
+fn check_expose(e: &Expose, store: &Path, root: &Path) -> Result<Expose, BackendError> {
+    let what = || format!("expose {}", e.path.display());
+    if !crate::exec::is_clean_absolute(&e.path) {
+        return Err(invalid(what(), "must be an absolute path without '..'"));
+    }
+    let path = e.path.canonicalize().map_err(|err| {
+        invalid(
+            what(),
+            format!("cannot be resolved on the host ({err}); give an existing path"),
+        )
+    })?;
+    let overlaps = |other: &Path| path.starts_with(other) || other.starts_with(&path);
+    if overlaps(store) {
+        return Err(invalid(
+            what(),
+            format!(
+                "overlaps the Store {} (commands must never see the Store); expose a directory beside it",
+                store.display()
+            ),
+        ));
+    }
+    if overlaps(root) {
+        return Err(invalid(
+            what(),
+            format!(
+                "overlaps strata's Sandbox state {} (tokens, sockets, other Sandboxes)",
+                root.display()
+            ),
+        ));
+    }
+    if path == Path::new("/tmp")
+        || ["/proc", "/sys", "/dev"]
+            .iter()
+            .any(|p| path.starts_with(p))
+    {
+        return Err(invalid(
+            what(),
+            "the Sandbox has its own /tmp, /proc, /sys and /dev; expose a directory below /tmp, or elsewhere",
+        ));
+    }
+    Ok(Expose {
+        path,
+        writable: e.writable,
+    })
 }
 
 #[cfg(test)]

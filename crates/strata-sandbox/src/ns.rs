@@ -1,8 +1,9 @@
 //! Running a command in a fresh native Sandbox (namespaces + mounts +
 //! cgroup), from any process, including a multi-threaded one.
 //!
-//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init …` with a
-//! plain `std::process::Command` (fork+exec, nothing in `pre_exec`). That
+//! How: [`SandboxCommand::spawn`] starts `init_exe __strata-init FD` with a
+//! plain `std::process::Command` (fork+exec; `pre_exec` only clears
+//! close-on-exec on the settings memfd FD, see [`crate::internal`]). That
 //! binary must call [`crate::maybe_run_internal`] first thing in `main`;
 //! it then runs single-threaded as:
 //!
@@ -32,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cgroup::Limits;
 use crate::exec::{ExecSpec, Failure, Identity, Session, SpecError};
-use crate::internal::{encode_argv, InitWire, INIT_ARG};
+use crate::internal::{init_command, InitWire, INIT_ARG};
 use crate::mounts::{BindMount, RootFs};
 use crate::net::Network;
 use crate::rlimit::Rlimit;
@@ -55,7 +56,10 @@ pub struct SandboxConfig {
     /// Size of the private /tmp (default: tmpfs default, half of RAM;
     /// charged to the memory cgroup either way).
     pub tmp_size_bytes: Option<u64>,
-    /// Extra bind mounts (Workspaces, later).
+    /// Extra bind mounts (the daemon's state, exposed host paths). A
+    /// missing target is created on the host view's tmpfs, in the fresh
+    /// /tmp, or like a mount point (`mountpoints`); a file target gets an
+    /// empty placeholder file.
     pub binds: Vec<BindMount>,
     /// Bind /dev/fuse into the Sandbox's /dev for the daemon (root). Commands
     /// never see it: the privilege drop takes it away in a mount namespace
@@ -64,9 +68,9 @@ pub struct SandboxConfig {
     pub dev_fuse: bool,
     /// Paths inside the Sandbox to hide (empty read-only tmpfs over a
     /// directory, /dev/null over a file), on top of
-    /// `mounts::DEFAULT_MASKED` and, for the host root,
-    /// `mounts::HOST_ROOT_MASKED`. The Store's directory belongs here when
-    /// the view is the host root. Missing paths are skipped.
+    /// `mounts::DEFAULT_MASKED` and, for the host view, what /etc holds
+    /// that others may not read (`hostview`). The Store's directory
+    /// belongs here in case a view shows it. Missing paths are skipped.
     #[serde(default)]
     pub masked_paths: Vec<PathBuf>,
     /// Empty directories (root-owned, 0755) that must exist in the
@@ -211,6 +215,10 @@ pub enum SpawnError {
     CurrentExe { source: io::Error },
     #[error("sandbox spawn: creating the report directory {path}: {source}")]
     ReportDir { path: PathBuf, source: io::Error },
+    #[error("sandbox spawn: passing the settings through a memfd or pipe: {source}")]
+    Settings { source: io::Error },
+    #[error("sandbox spawn: the commands' cgroup handed over by the Sandbox's init is unusable: {message}")]
+    CommandsCgroup { message: String },
     #[error("sandbox spawn: starting {exe} {INIT_ARG}: {source}")]
     Start { exe: PathBuf, source: io::Error },
 }
@@ -414,10 +422,12 @@ impl SandboxCommand {
             report: report.clone(),
         };
         let json = serde_json::to_string(&wire).map_err(|source| SpawnError::Encode { source })?;
-        let mut cmd = std::process::Command::new(&exe);
-        cmd.args(encode_argv(INIT_ARG, &json, &self.env, &self.argv));
-        // The init needs no environment; the command's env travels in argv.
-        cmd.env_clear();
+        // Settings, argv and env in a memfd, never in argv (internal.rs).
+        let mut cmd = init_command(&exe, &json, &self.env, &self.argv).inspect_err(|_| {
+            if let Some(d) = &owned_dir {
+                let _ = fs::remove_dir_all(d);
+            }
+        })?;
         let [i, o, e] = self.stdio;
         if let Some(pgid) = self.process_group {
             std::os::unix::process::CommandExt::process_group(&mut cmd, pgid);

@@ -15,10 +15,10 @@
 //! capabilities; they are refused here anyway so that the *filter* is the
 //! argument, not the capability drop alone (the two are independent
 //! layers). The one that matters most is user namespaces: this kernel
-//! lets unprivileged users create them and the sysctl cannot be changed,
-//! and inside a user namespace a command would regain CAP_SYS_ADMIN over a
-//! copy of its mount namespace, i.e. it could copy the Workspace mount
-//! into a namespace of its own or unmount things in it.
+//! lets unprivileged users create them (docs/design.md §5) and the sysctl
+//! cannot be changed, and inside a user namespace a command would regain
+//! CAP_SYS_ADMIN over a copy of its mount namespace, i.e. it could copy the
+//! Workspace mount into a namespace of its own or unmount things in it.
 //!
 //! Layout (see `seccomp(2)`):
 //!
@@ -175,7 +175,7 @@ use libc::{ENOSYS, EPERM};
 /// The policy. One rule per line; the last field says why.
 #[rustfmt::skip]
 pub static POLICY: &[Rule] = &[
-    // --- namespaces: the heart of the privilege split (BRIEF §3) ---
+    // --- namespaces: the heart of the privilege split (docs/design.md §3) ---
     deny_when("unshare", libc::SYS_unshare, When::AnyBitSet { arg: 0, bits: NAMESPACE_FLAGS }, EPERM, "a user namespace gives back CAP_SYS_ADMIN over a copy of the mounts; other namespaces let a command rebuild its view"),
     deny_when("clone", libc::SYS_clone, When::AnyBitSet { arg: 0, bits: CLONE_NAMESPACE_FLAGS }, EPERM, "same as unshare, through clone(2) flags (plain fork/threads stay allowed)"),
     deny("clone3", libc::SYS_clone3, ENOSYS, "its flags live in a struct seccomp cannot read; ENOSYS makes glibc fall back to clone(2), which is checked"),

@@ -53,13 +53,20 @@ pub enum SelfCheckError {
 }
 
 /// Run the check in a new Sandbox with `config`, as `identity`.
-/// `init_exe` must be reachable at the same path inside the Sandbox (true
-/// for the default host-root view).
+/// `init_exe` runs as the command too: with the host view it is bound
+/// read-only at its host path; a rootfs must hold it at the same path.
 pub fn run_selfcheck(
     init_exe: &Path,
-    config: SandboxConfig,
+    mut config: SandboxConfig,
     identity: Identity,
 ) -> Result<SelfCheck, SelfCheckError> {
+    if config.root == crate::mounts::RootFs::HostReadOnly {
+        config.binds.push(crate::mounts::BindMount {
+            source: init_exe.into(),
+            target: init_exe.into(),
+            readonly: true,
+        });
+    }
     let spec = ExecSpec {
         argv: vec![
             init_exe.as_os_str().to_owned(),
@@ -263,7 +270,7 @@ pub(crate) fn selfcheck_main() -> i32 {
 }
 
 /// Can an unprivileged process create a user namespace on this host?
-/// (BRIEF §5: yes here, and the sysctl cannot be changed; the seccomp filter
+/// (docs/design.md §5: yes here, and the sysctl cannot be changed; the seccomp filter
 /// is what refuses it to commands.) Tested for real in a forked child that
 /// becomes uid/gid 65534 (nobody) with raw syscalls only, so it is safe to
 /// call from a multi-threaded process. Needs root to switch to nobody.

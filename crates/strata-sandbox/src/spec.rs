@@ -1,6 +1,6 @@
 //! What to run and as whom: [`ExecSpec`], validated into a
 //! [`PreparedExec`] before anything is forked. All refusals of bad input
-//! (issue 4, "Bad input") happen here.
+//! (docs/cli.md, exit code 2) happen here.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::rlimit::{Rlimit, RlimitError};
 
-/// Default uid of commands (BRIEF §3: "uid 1500 (configurable)").
+/// Default uid of commands (docs/design.md §3: uid 1500 by default, configurable).
 pub const DEFAULT_UID: u32 = 1500;
 /// Default gid of commands.
 pub const DEFAULT_GID: u32 = 1500;
-/// Most bytes argv and env may take together (issue 4: "over 1 MiB in
-/// total (refused)"); the kernel's own limit is near a quarter of the stack
+/// Most bytes argv and env may take together (over 1 MiB in
+/// total is refused); the kernel's own limit is near a quarter of the stack
 /// rlimit, but a clear error here beats E2BIG later.
 pub const MAX_ARGV_ENV_BYTES: usize = 1 << 20;
 /// PATH used when `argv[0]` has no '/' and the command's env has no PATH.
@@ -147,6 +147,20 @@ pub struct PreparedExec {
     pub(crate) identity: Identity,
     pub(crate) rlimits: Vec<Rlimit>,
     pub(crate) session: Session,
+    /// Descriptors [`crate::exec::exec_privileged`] keeps open across
+    /// `execve` (every other one is closed): the commands' cgroup for the
+    /// daemon, named to it in [`crate::internal::COMMANDS_CGROUP_ENV`].
+    pub(crate) keep_fds: Vec<i32>,
+}
+
+impl PreparedExec {
+    /// Add `NAME=VALUE` to the environment (both already validated: no
+    /// '=' in the name, no NUL anywhere).
+    pub(crate) fn push_env(&mut self, name: &str, value: &str) {
+        if let Ok(c) = CString::new(format!("{name}={value}")) {
+            self.envp.push(c);
+        }
+    }
 }
 
 impl ExecSpec {
@@ -225,6 +239,7 @@ impl ExecSpec {
             identity: self.identity,
             rlimits,
             session: self.session,
+            keep_fds: Vec::new(),
         })
     }
 }

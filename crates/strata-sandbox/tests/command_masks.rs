@@ -4,11 +4,18 @@
 mod common;
 use common::*;
 use std::process::Stdio;
-use strata_sandbox::{Outcome, SandboxCommand, SandboxConfig};
+use strata_sandbox::{BindMount, Outcome, SandboxCommand, SandboxConfig};
 
+/// `dir` is bound at its host path (the host view does not show /var/tmp),
+/// then masked for commands.
 fn config(dev_fuse: bool, dir: &std::path::Path) -> SandboxConfig {
     SandboxConfig {
         dev_fuse,
+        binds: vec![BindMount {
+            source: dir.into(),
+            target: dir.into(),
+            readonly: true,
+        }],
         command_masked_paths: vec![dir.into(), "/etc/hostname".into(), "/no/such/path".into()],
         ..SandboxConfig::default()
     }
@@ -17,7 +24,7 @@ fn config(dev_fuse: bool, dir: &std::path::Path) -> SandboxConfig {
 fn as_daemon(cfg: SandboxConfig, args: &[&str]) -> (Outcome, String, String) {
     require_root();
     let s = probe(args);
-    let child = SandboxCommand::privileged(cfg, s.argv, s.env, s.cwd)
+    let child = SandboxCommand::privileged(with_probe(cfg), s.argv, s.env, s.cwd)
         .init_exe(PROBE)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

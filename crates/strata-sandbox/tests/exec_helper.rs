@@ -6,15 +6,21 @@ use common::*;
 use std::process::Stdio;
 use strata_sandbox::{Outcome, SandboxCommand, SandboxConfig};
 
+/// /srv, where the probe as "daemon" mounts (the host view has no /srv).
+fn srv() -> Vec<std::path::PathBuf> {
+    vec!["/srv".into()]
+}
+
 /// Run the probe as the Sandbox's privileged "daemon" with /dev/fuse.
 fn as_daemon(args: &[&str]) -> (Outcome, String, String) {
     require_root();
     let s = probe(args);
     let cfg = SandboxConfig {
         dev_fuse: true,
+        mountpoints: srv(),
         ..SandboxConfig::default()
     };
-    let child = SandboxCommand::privileged(cfg, s.argv, s.env, s.cwd)
+    let child = SandboxCommand::privileged(with_probe(cfg), s.argv, s.env, s.cwd)
         .init_exe(PROBE)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -158,7 +164,11 @@ fn sandbox_mounts_are_invisible_to_the_host_and_other_sandboxes() {
     use std::io::{BufRead, BufReader};
     let name = format!("strata-sb-marker-{}", std::process::id());
     let s = probe(&["mount-and-wait", &name]);
-    let mut daemon = SandboxCommand::privileged(SandboxConfig::default(), s.argv, s.env, s.cwd)
+    let cfg = SandboxConfig {
+        mountpoints: srv(),
+        ..default_config()
+    };
+    let mut daemon = SandboxCommand::privileged(cfg, s.argv, s.env, s.cwd)
         .init_exe(PROBE)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

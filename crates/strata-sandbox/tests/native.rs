@@ -115,7 +115,22 @@ impl Harness for Env {
         Ok(SandboxId(out.trim().to_string()))
     }
     fn extra_bad_requests(&self) -> Vec<(&'static str, Edit)> {
-        vec![("image", Box::new(|r| r.image = Some("alpine".into())))]
+        use strata_sandbox::Expose;
+        let expose =
+            |p: PathBuf| -> Edit { Box::new(move |r| r.expose = vec![Expose::writable(&p)]) };
+        let store = self.store.path().to_path_buf();
+        let state = self.backend.state_root().to_path_buf();
+        vec![
+            ("image", Box::new(|r| r.image = Some("alpine".into()))),
+            // Commands must never see a Store or strata's state, nor have
+            // the Sandbox's own /proc replaced.
+            ("overlaps the Store", expose(store.clone())),
+            ("overlaps the Store", expose(store.parent().unwrap().into())),
+            ("overlaps strata's Sandbox state", expose(state)),
+            ("own /tmp, /proc", expose("/proc/self".into())),
+            ("cannot be resolved", expose("/no/such/strata/path".into())),
+            ("without '..'", expose("/usr/../etc".into())),
+        ]
     }
     fn kill_daemon(&self, info: &SandboxInfo) {
         let monitor: u32 = info

@@ -1,4 +1,4 @@
-//! The privilege split, end to end in real namespaces (BRIEF §3).
+//! The privilege split, end to end in real namespaces (docs/design.md §3).
 
 mod common;
 use common::*;
@@ -47,7 +47,7 @@ fn user_namespaces_are_refused_to_the_command() {
 
 #[test]
 fn control_unshare_works_outside_the_sandbox() {
-    // The host really allows user namespaces (BRIEF §5): the refusal above
+    // The host really allows user namespaces (docs/design.md §5): the refusal above
     // is the filter's doing, not the host's.
     require_root();
     let st = std::process::Command::new("setpriv")
@@ -97,17 +97,13 @@ fn privileged_mode_keeps_root_and_capabilities() {
     require_root();
     let (o, out, err) = {
         let s = probe(&["status"]);
-        let child = strata_sandbox::SandboxCommand::privileged(
-            strata_sandbox::SandboxConfig::default(),
-            s.argv,
-            s.env,
-            s.cwd,
-        )
-        .init_exe(PROBE)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
+        let child =
+            strata_sandbox::SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
+                .init_exe(PROBE)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn");
         let (o, a, b) = child.wait_with_output().expect("run");
         (
             o,
@@ -150,6 +146,6 @@ fn selfcheck_reports_the_split_holds() {
     // And it notices when something is off: a different identity.
     let other = strata_sandbox::Identity::new(1600, 1600).unwrap();
     assert!(!check.problems(other).is_empty());
-    // The host leaves user namespaces open (BRIEF §5): the filter matters.
+    // The host leaves user namespaces open (docs/design.md §5): the filter matters.
     assert!(strata_sandbox::host_allows_unprivileged_userns().expect("userns probe"));
 }

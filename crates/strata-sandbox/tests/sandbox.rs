@@ -1,6 +1,7 @@
 //! The native Sandbox view and process handling, in real namespaces.
 
 mod common;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ fn stdout_and_stderr_are_separate() {
 #[test]
 fn stdin_reaches_the_command_and_eof_ends_it() {
     require_root();
-    let mut child = SandboxCommand::new(SandboxConfig::default(), probe(&["stdin"]))
+    let mut child = SandboxCommand::new(default_config(), probe(&["stdin"]))
         .init_exe(PROBE)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -60,11 +61,31 @@ fn orphans_are_reaped_by_the_init() {
 
 #[test]
 fn pid_namespace_shows_only_the_sandbox() {
+    // The Sandbox's PID namespace, and of it only the command's own uid's
+    // processes (hidepid=invisible): not PID 1, the init (root).
     let (o, out, _) = run(probe(&["ls", "/proc"]));
     assert_eq!(o, Outcome::Exited(0));
     let pids: Vec<u32> = out.lines().filter_map(|l| l.parse().ok()).collect();
-    assert!(pids.contains(&1), "no PID 1 in {pids:?}");
-    assert!(pids.len() <= 3, "too many processes visible: {pids:?}");
+    assert!(!pids.is_empty(), "the command does not see itself: {out}");
+    assert!(
+        !pids.contains(&1),
+        "PID 1 (the init, root) is visible: {pids:?}"
+    );
+    assert!(pids.len() <= 2, "too many processes visible: {pids:?}");
+    // Root in the Sandbox (the daemon's role) sees PID 1.
+    let s = probe(&["ls", "/proc"]);
+    let child = SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
+        .init_exe(PROBE)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (o, out, _) = child.wait_with_output().expect("run");
+    assert_eq!(o, Outcome::Exited(0));
+    let out = String::from_utf8_lossy(&out);
+    assert!(
+        out.lines().any(|l| l == "1"),
+        "root does not see PID 1: {out}"
+    );
 }
 
 #[test]
@@ -90,11 +111,31 @@ fn dev_is_minimal_and_has_no_fuse() {
 
 #[test]
 fn host_root_is_read_only_and_tmp_is_private() {
-    // /var/tmp is world-writable on the host, so only the read-only mount
-    // can refuse it: EROFS (30), not EACCES.
+    // Root in the Sandbox (no permission check stops it), so only the
+    // read-only mounts can refuse: EROFS (30), in a system directory and
+    // in the view's own root.
+    for p in [
+        "/usr/strata-sandbox-rofs-check",
+        "/strata-sandbox-rofs-check",
+    ] {
+        let s = probe(&["try-create", p]);
+        let child = SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
+            .init_exe(PROBE)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let (o, out, _) = child.wait_with_output().expect("run");
+        assert_eq!(o, Outcome::Exited(0));
+        assert_eq!(
+            String::from_utf8_lossy(&out).trim(),
+            format!("errno={}", libc::EROFS),
+            "{p}"
+        );
+    }
+    // /var/tmp (world-writable on the host) is not in the view at all.
     let (o, out, _) = run(probe(&["try-create", "/var/tmp/strata-sandbox-rofs-check"]));
     assert_eq!(o, Outcome::Exited(0));
-    assert_eq!(out.trim(), format!("errno={}", libc::EROFS));
+    assert_eq!(out.trim(), format!("errno={}", libc::ENOENT));
     let marker = format!("/tmp/strata-sandbox-private-{}", std::process::id());
     let (o, out, _) = run(probe(&["try-create", &marker]));
     assert_eq!(o, Outcome::Exited(0));
@@ -226,7 +267,7 @@ fn init_exe_without_the_hook_is_reported() {
     require_root();
     // /bin/true ignores "__strata-init" and exits 0 without a report: that
     // must not pass for the command's success.
-    let child = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "0"]))
+    let child = SandboxCommand::new(default_config(), probe(&["exit", "0"]))
         .init_exe("/bin/true")
         .spawn()
         .expect("spawn");
@@ -236,11 +277,11 @@ fn init_exe_without_the_hook_is_reported() {
 #[test]
 fn two_sandboxes_run_side_by_side() {
     require_root();
-    let a = SandboxCommand::new(SandboxConfig::default(), probe(&["sleep", "300"]))
+    let a = SandboxCommand::new(default_config(), probe(&["sleep", "300"]))
         .init_exe(PROBE)
         .spawn()
         .expect("spawn a");
-    let b = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "42"]))
+    let b = SandboxCommand::new(default_config(), probe(&["exit", "42"]))
         .init_exe(PROBE)
         .spawn()
         .expect("spawn b");
@@ -267,21 +308,35 @@ fn host_pids_with(needle: &str) -> Vec<u32> {
 fn killing_the_monitor_takes_the_whole_sandbox_down() {
     require_root();
     let needle = format!("{}", 900_000 + std::process::id() % 90_000);
-    let mut child = SandboxCommand::new(SandboxConfig::default(), probe(&["sleep", &needle]))
+    let mut child = SandboxCommand::new(default_config(), probe(&["sleep", &needle]))
         .init_exe(PROBE)
         .spawn()
         .expect("spawn");
+    // The command's argv holds the needle (the init's argv does not: its
+    // settings are in a memfd); PID 1 is the monitor's child.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while host_pids_with(&needle).len() < 3 {
+    while host_pids_with(&needle).is_empty() {
         assert!(Instant::now() < deadline, "sandbox did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let monitor = child.id();
+    let pid1: Vec<u32> =
+        std::fs::read_to_string(format!("/proc/{monitor}/task/{monitor}/children"))
+            .expect("children of the monitor")
+            .split_whitespace()
+            .map(|p| p.parse().expect("pid"))
+            .collect();
+    assert_eq!(pid1.len(), 1, "{pid1:?}");
     child.child_mut().kill().expect("SIGKILL the monitor");
     assert!(matches!(child.wait(), Err(RunError::NoReport { .. })));
     // PID 1 dies of PR_SET_PDEATHSIG, and with it the whole PID namespace.
     let deadline = Instant::now() + Duration::from_secs(3);
     loop {
-        let left = host_pids_with(&needle);
+        let mut left = host_pids_with(&needle);
+        left.extend(
+            pid1.iter()
+                .filter(|p| Path::new(&format!("/proc/{p}")).exists()),
+        );
         if left.is_empty() {
             break;
         }
@@ -382,7 +437,7 @@ fn report_at_a_chosen_path_outlives_the_handle() {
     require_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("report.json");
-    let child = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "7"]))
+    let child = SandboxCommand::new(default_config(), probe(&["exit", "7"]))
         .init_exe(PROBE)
         .report_path(&path)
         .process_group(0)
@@ -394,7 +449,7 @@ fn report_at_a_chosen_path_outlives_the_handle() {
         Some(strata_sandbox::Report::Finished(Outcome::Exited(7)))
     );
     // An existing report path is refused (no planting, no reuse).
-    let r = SandboxCommand::new(SandboxConfig::default(), probe(&["exit", "0"]))
+    let r = SandboxCommand::new(default_config(), probe(&["exit", "0"]))
         .init_exe(PROBE)
         .report_path(&path)
         .spawn();

@@ -59,8 +59,9 @@ fn pty_mode_gives_a_controlling_terminal() {
         .expect("open slave");
     let mut s = probe(&["tty"]);
     s.session = Session::NewSessionWithTty;
-    let mut cmd = strata_sandbox::exec_helper_command(std::path::Path::new(PROBE), &s, None)
-        .expect("command");
+    let mut cmd = strata_sandbox::exec_helper_command(std::path::Path::new(PROBE), &s)
+        .expect("command")
+        .command;
     cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
         .stdout(Stdio::from(slave.try_clone().unwrap()))
         .stderr(Stdio::from(slave));

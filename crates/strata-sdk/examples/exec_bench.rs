@@ -1,4 +1,4 @@
-//! Sandbox create-to-ready and exec latency through the SDK (issue 4's
+//! Sandbox create-to-ready and exec latency through the SDK (docs/benchmarks.md's
 //! benchmarks): `cargo run --release -p strata-sdk --example exec_bench [N]`
 //! as root. Prints median and p99 of N (default 200) execs of `true`
 //! (`.output()`: create + output stream + exit), and of 5 Sandbox creates.

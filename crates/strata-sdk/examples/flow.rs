@@ -1,4 +1,4 @@
-//! The 15-call SDK flow (issue 5), each call timed and printed as a table.
+//! The 15-call SDK flow (docs/benchmarks.md), each call timed and printed as a table.
 //!
 //! Run as root (Sandboxes need namespaces and FUSE):
 //! `cargo run --release -p strata-sdk --example flow`

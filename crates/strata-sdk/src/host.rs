@@ -198,8 +198,12 @@ pub async fn mount(
 
     // The daemon's private directory: config, token, socket, log (0700).
     let records = dirs.records();
-    std::fs::create_dir_all(&records).map_err(io("create the run directory", &records))?;
+    private_dirs(&records).map_err(io("create the run directory", &records))?;
     set_mode(&dirs.run, 0o700)?;
+    // The scratch root holds every host Workspace's changed files: made
+    // private here with any missing directory above it (existing ones are
+    // the user's choice and left alone).
+    private_dirs(&dirs.scratch).map_err(io("create the scratch directory", &dirs.scratch))?;
     let ddir = records.join(format!("d-{:016x}", rand::random::<u64>()));
     std::fs::create_dir(&ddir).map_err(io("create the daemon directory", &ddir))?;
     set_mode(&ddir, 0o700)?;
@@ -292,6 +296,16 @@ pub async fn mount(
     )
     .map_err(io("record the mount", &rec))?;
     Ok((m, opts.foreground.then_some(child)))
+}
+
+/// `mkdir -p` with mode 0700 for every directory it creates (existing
+/// ones are left as they are).
+fn private_dirs(p: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
 }
 
 fn set_mode(p: &Path, mode: u32) -> Result<()> {

@@ -55,7 +55,8 @@ pub use client::DaemonClient;
 pub use error::{Error, Result};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
 pub use sandbox::{
-    Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState, DEFAULT_MOUNT,
+    Expose, Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState,
+    DEFAULT_MOUNT,
 };
 pub use store::Store;
 pub use workspace::{Change, CommitOutcome, Workspace};

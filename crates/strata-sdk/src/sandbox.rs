@@ -6,10 +6,9 @@
 //!
 //! * Default Workspace mount path: `/workspace` (an empty mount point the
 //!   backend creates in the Sandbox's view).
-//! * Exec failure reports: the daemon's run directory is
-//!   `/tmp/.strata-execs` in the Sandbox's private /tmp, because the exec
-//!   helper may fail after dropping to the command's uid, which cannot
-//!   reach the 0700 state directory.
+//! * Limits: unless [`SandboxSpec::no_limits`], memory and pids limits
+//!   the spec leaves unset get the host defaults (half of the RAM, 4,096
+//!   tasks); the Sandbox's info records what applies.
 //! * Restart: [`Sandbox::restart`] runs the backend's B4–B6 again on a
 //!   stopped Sandbox; its daemon (config `recover_workspaces`) mounts the
 //!   Workspaces it finds recorded in its scratch directory again.
@@ -38,12 +37,10 @@ use crate::exec::ExecHandle;
 use crate::workspace::Workspace;
 
 pub use strata_sandbox::backend::SandboxInfo;
-pub use strata_sandbox::{Limits, Network};
+pub use strata_sandbox::{Expose, Limits, Network};
 
 /// Default mount path of a Workspace.
 pub const DEFAULT_MOUNT: &str = "/workspace";
-/// Where the daemon keeps per-exec failure reports (inside the Sandbox).
-const RUN_DIR: &str = "/tmp/.strata-execs";
 /// How long a lookup by Workspace or exec ID waits for one daemon: a hung
 /// Sandbox must not hang `strata ws` / `strata exec` for all the others.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -69,8 +66,13 @@ pub struct SandboxSpec {
     pub labels: BTreeMap<String, String>,
     /// `None` (loopback only, the default) or `Host`.
     pub network: Network,
-    /// Memory, pids and CPU limits (cgroups).
+    /// Memory, pids and CPU limits (cgroups). Unset memory and pids get
+    /// the defaults (half of the host's RAM, 4,096 tasks) unless
+    /// `no_limits` is set.
     pub limits: Limits,
+    /// No default limits: only what `limits` sets applies. A command can
+    /// then exhaust the host's memory or pids.
+    pub no_limits: bool,
     /// A directory holding a root filesystem (e.g. an unpacked image) to
     /// show commands, read-only, instead of the host's root. It must have
     /// what the commands run (a missing program is
@@ -86,11 +88,19 @@ pub struct SandboxSpec {
     pub startup_timeout: Duration,
     /// Run on the docker backend (strata-docker) with this image (a local
     /// image, `NAME:TAG` or `NAME@sha256:…`, pinned to its ID at create)
-    /// instead of the native one. `daemon_exe` (or `$STRATA_STATIC_EXE`)
-    /// must then be a statically linked strata binary; `rootfs` and
+    /// instead of the native one. The daemon uploaded is `daemon_exe`, else
+    /// `$STRATA_STATIC_EXE`, else this program if it is statically linked
+    /// (everything this workspace builds is); `rootfs` and
     /// `state_dir` do not apply (its state is under
     /// `/var/lib/strata/docker`).
     pub docker_image: Option<String>,
+    /// Host paths commands see at the same path, on top of the default
+    /// view (the host's system directories and /etc only, see
+    /// docs/security.md): read-only unless [`Expose::writable`]. Refused
+    /// when a path does not exist or overlaps the Store, strata's state or
+    /// host Workspaces' scratch and run directories; not supported by the
+    /// docker backend yet.
+    pub expose: Vec<Expose>,
 }
 
 impl SandboxSpec {
@@ -102,12 +112,23 @@ impl SandboxSpec {
             labels: BTreeMap::new(),
             network: Network::None,
             limits: Limits::default(),
+            no_limits: false,
             rootfs: None,
             daemon_exe: None,
             state_dir: None,
             startup_timeout: Duration::from_secs(10),
             docker_image: None,
+            expose: Vec::new(),
         }
+    }
+    /// Show the host path `path` to commands, read-only (`writable`:
+    /// read-write), at the same path.
+    pub fn expose(mut self, path: impl Into<PathBuf>, writable: bool) -> Self {
+        self.expose.push(Expose {
+            path: path.into(),
+            writable,
+        });
+        self
     }
     /// Set the name.
     pub fn name(mut self, n: impl Into<String>) -> Self {
@@ -618,7 +639,9 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     req.labels = spec.labels.clone();
     req.network = spec.network;
     req.limits = spec.limits;
+    req.no_limits = spec.no_limits;
     req.daemon_exe = spec.daemon_exe.clone();
+    req.expose = checked_expose(&spec.expose)?;
     if let Some(dir) = &spec.rootfs {
         if !dir.is_absolute() || !dir.is_dir() {
             return Err(Error::invalid(
@@ -646,7 +669,6 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     );
     cfg.helper_exe = Some(d.exe.clone());
     cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
-    cfg.run_dir = Some(PathBuf::from(RUN_DIR));
     // The scratch directory is this Sandbox's alone: a restarted daemon
     // mounts its Workspaces again (Sandbox::restart).
     cfg.recover_workspaces = true;
@@ -671,4 +693,30 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     }
     let info = backend.get().open(&id).map_err(backend_error)?;
     Sandbox::from_info(backend, info)
+}
+
+/// The SDK's own part of checking `expose` (the backend checks the Store
+/// and its state): host Workspaces' scratch (other agents' uncommitted
+/// files) and run directory (daemon sockets and tokens) stay out of sight.
+fn checked_expose(expose: &[Expose]) -> Result<Vec<Expose>> {
+    let dirs = crate::host::HostDirs::for_user();
+    for e in expose {
+        let resolved = e.path.canonicalize().unwrap_or_else(|_| e.path.clone());
+        for (dir, what) in [
+            (&dirs.scratch, "host Workspaces' scratch"),
+            (&dirs.run, "host Workspaces' run directory"),
+        ] {
+            let dir = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+            if resolved.starts_with(&dir) || dir.starts_with(&resolved) {
+                return Err(Error::invalid(
+                    format!("expose {}", e.path.display()),
+                    format!(
+                        "overlaps {what} {}; expose a directory that holds neither",
+                        dir.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(expose.to_vec())
 }

@@ -3,8 +3,9 @@
 //! as a command in a container sees it, per-exec cancel (which `docker
 //! exec` cannot do), and the Store read back after close (S1). Setup as in
 //! crates/strata-docker/tests (shared file): dockerd started if needed,
-//! static binaries from $STRATA_STATIC_DIR; without them the test FAILS
-//! with the reason.
+//! the static `strata-daemon` from this test's build directory (`cargo
+//! test --workspace` builds it; `cargo test -p strata-sdk` alone does
+//! not); without them the test FAILS with the command to run.
 
 #[path = "../../strata-docker/tests/common/mod.rs"]
 mod common;

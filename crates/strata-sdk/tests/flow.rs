@@ -1,4 +1,4 @@
-//! The 15-call flow as a test (issue 5): the same code as
+//! The 15-call flow as a test (docs/benchmarks.md): the same code as
 //! `examples/flow.rs`, each step asserting its result, including the
 //! committed bytes read back from the Store. Its own `main` (harness =
 //! false): the test binary is re-executed as the Sandbox init, the daemon

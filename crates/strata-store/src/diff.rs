@@ -198,6 +198,13 @@ impl Store {
             kind,
         });
         if let EntryKind::Dir(t) = &e.kind {
+            // The top of an added or deleted subtree: every path below it
+            // is reported, so count them first (each stored tree read
+            // once), refusing a forged DAG of shared subtrees whose paths
+            // would not fit in memory (trees::expanded_entries).
+            if matches!(stack.last(), Some(Frame::Pair { .. })) {
+                crate::trees::expanded_entries(&self.reader(), *t)?;
+            }
             // Only the trees reported since the nearest pair can repeat.
             for f in stack.iter().rev() {
                 match f {

@@ -1,5 +1,14 @@
 //! Export: materialize a commit into a directory, restoring content, modes,
 //! owners (when permitted), times, symlinks, fifos, hard links and xattrs.
+//!
+//! Privileges are not restored unless asked for (`ExportOptions::
+//! preserve_privileges`): a Sandbox command can commit a setuid copy of a
+//! shell, and anyone who can write strata.db can forge an entry owned by
+//! uid 0 with mode 04755 or a `security.capability` xattr (readers do not
+//! re-hash). An export as root would otherwise create a setuid-root file
+//! on the host. So by default the setuid and setgid bits are cleared and
+//! only `user.` xattrs are written (`trusted.`, `security.` and `system.`
+//! ones carry privilege or policy); the Store keeps them unchanged.
 
 use crate::error::{Result, StoreError};
 use crate::id::ObjectId;
@@ -19,12 +28,37 @@ pub struct ExportReport {
     pub files: u64,
     pub dirs: u64,
     pub bytes: u64,
+    /// Entries whose setuid/setgid bits or non-`user.` xattrs were not
+    /// written (without `preserve_privileges`).
+    pub dropped_privileges: u64,
+    /// Entries whose setuid/setgid bits or non-`user.` xattrs were
+    /// restored (with `preserve_privileges`).
+    pub restored_privileges: u64,
+}
+
+/// How to export.
+#[derive(Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Write into a non-empty directory, replacing what is in the way.
+    pub force: bool,
+    /// Restore the setuid and setgid bits and the xattrs outside `user.`
+    /// exactly as stored. Off by default: see the module documentation.
+    pub preserve_privileges: bool,
+}
+
+/// The mode bits that grant privilege to whoever executes a file.
+const PRIVILEGE_BITS: u32 = 0o6000;
+
+/// Whether export writes this xattr without `preserve_privileges`.
+fn unprivileged_xattr(name: &[u8]) -> bool {
+    name.starts_with(b"user.")
 }
 
 struct Ctx<'a> {
     store: &'a Store,
     progress: &'a dyn Progress,
     as_root: bool,
+    preserve_privileges: bool,
     /// Hard-linked entries, exported after the parallel pass.
     linked: Mutex<Vec<(PathBuf, TreeEntry)>>,
     /// Directories whose mode and mtime are set last (writing into a
@@ -56,7 +90,8 @@ impl Ctx<'_> {
 
 impl Store {
     /// Write the tree of `commit` into `dir` (created if missing). A
-    /// non-empty `dir` is refused unless `force`.
+    /// non-empty `dir` is refused unless `force`. Privileges are dropped
+    /// (see `export_with`).
     pub fn export(
         &self,
         commit: ObjectId,
@@ -64,7 +99,31 @@ impl Store {
         force: bool,
         progress: &dyn Progress,
     ) -> Result<ExportReport> {
+        let opts = ExportOptions {
+            force,
+            preserve_privileges: false,
+        };
+        self.export_with(commit, dir, &opts, progress)
+    }
+
+    /// Write the tree of `commit` into `dir` (created if missing). A
+    /// non-empty `dir` is refused unless `opts.force`. Owners are restored
+    /// when running as root; setuid/setgid bits and xattrs outside `user.`
+    /// only with `opts.preserve_privileges` (the report counts the entries
+    /// either way).
+    pub fn export_with(
+        &self,
+        commit: ObjectId,
+        dir: &Path,
+        opts: &ExportOptions,
+        progress: &dyn Progress,
+    ) -> Result<ExportReport> {
+        let force = opts.force;
         let c = self.read_commit(commit)?;
+        // Readers do not re-hash, so the tree may be a forged DAG whose
+        // shared subtrees expand exponentially: count it first, reading
+        // each stored tree once, and refuse what no filesystem could hold.
+        crate::trees::expanded_entries(&self.reader(), c.tree)?;
         if dir.exists() {
             let mut it = std::fs::read_dir(dir).map_err(|e| StoreError::io("list", dir, e))?;
             if it.next().is_some() && !force {
@@ -79,6 +138,7 @@ impl Store {
             store: self,
             progress,
             as_root: rustix::process::geteuid().is_root(),
+            preserve_privileges: opts.preserve_privileges,
             linked: Mutex::new(Vec::new()),
             dirs: Mutex::new(Vec::new()),
             report: Mutex::new(ExportReport::default()),
@@ -116,13 +176,23 @@ impl Store {
         // Deepest first, so setting a parent's mtime is the last touch on it.
         dirs.sort_by_key(|d| std::cmp::Reverse(d.2));
         for (path, e, _) in dirs {
-            apply_meta(ctx.as_root, &path, &e)?;
+            apply_meta(&ctx, &path, &e)?;
         }
-        if let Some(root_mode) = c
+        if let Some(mut root_mode) = c
             .metadata
             .get("root_mode")
             .and_then(|m| u32::from_str_radix(m, 8).ok())
         {
+            root_mode &= 0o7777;
+            if root_mode & PRIVILEGE_BITS != 0 {
+                let mut r = lock(&ctx.report);
+                if ctx.preserve_privileges {
+                    r.restored_privileges += 1;
+                } else {
+                    r.dropped_privileges += 1;
+                    root_mode &= !PRIVILEGE_BITS;
+                }
+            }
             rustix::fs::chmod(dir, rustix::fs::Mode::from_raw_mode(root_mode))
                 .map_err(|e| StoreError::io("chmod", dir, e.into()))?;
         }
@@ -295,12 +365,39 @@ fn write_entry(ctx: &Ctx<'_>, path: &Path, e: &TreeEntry) -> Result<()> {
         }
     }
     ctx.progress.advance(1);
-    apply_meta(ctx.as_root, path, e)
+    apply_meta(ctx, path, e)
 }
 
-/// Owners first (chown clears setuid/setgid), then xattrs, mode, and times last.
-fn apply_meta(as_root: bool, path: &Path, e: &TreeEntry) -> Result<()> {
-    if as_root {
+/// Owners first (chown clears setuid/setgid and `security.capability`),
+/// then xattrs, mode, and times last. Without `preserve_privileges`, the
+/// setuid/setgid bits and the xattrs outside `user.` are left out.
+fn apply_meta(ctx: &Ctx<'_>, path: &Path, e: &TreeEntry) -> Result<()> {
+    let is_link = matches!(e.kind, EntryKind::Symlink(_));
+    let mut mode = e.mode & 0o7777;
+    let mut xattrs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    if !is_link {
+        let privileged =
+            mode & PRIVILEGE_BITS != 0 || e.xattrs.iter().any(|(k, _)| !unprivileged_xattr(k));
+        if privileged {
+            let mut r = lock(&ctx.report);
+            if ctx.preserve_privileges {
+                r.restored_privileges += 1;
+            } else {
+                r.dropped_privileges += 1;
+                mode &= !PRIVILEGE_BITS;
+            }
+        }
+        xattrs = if ctx.preserve_privileges {
+            e.xattrs.clone()
+        } else {
+            e.xattrs
+                .iter()
+                .filter(|(k, _)| unprivileged_xattr(k))
+                .cloned()
+                .collect()
+        };
+    }
+    if ctx.as_root {
         rustix::fs::chownat(
             rustix::fs::CWD,
             path,
@@ -310,10 +407,9 @@ fn apply_meta(as_root: bool, path: &Path, e: &TreeEntry) -> Result<()> {
         )
         .map_err(|err| StoreError::io("chown", path, err.into()))?;
     }
-    let is_link = matches!(e.kind, EntryKind::Symlink(_));
     if !is_link {
-        set_xattrs(path, &e.xattrs)?;
-        rustix::fs::chmod(path, rustix::fs::Mode::from_raw_mode(e.mode & 0o7777))
+        set_xattrs(path, &xattrs)?;
+        rustix::fs::chmod(path, rustix::fs::Mode::from_raw_mode(mode))
             .map_err(|err| StoreError::io("chmod", path, err.into()))?;
     }
     set_mtime(path, e.mtime_ns)

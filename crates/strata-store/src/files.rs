@@ -4,7 +4,7 @@
 //! and reading any byte range back.
 
 pub(crate) use crate::batch::Batch;
-use crate::chunker::{self, split_runs, PAGE_MAX, PAGE_MIN};
+use crate::chunker::{self, split_runs, CHUNK_MAX, PAGE_MAX, PAGE_MIN};
 use crate::error::{Result, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, encode, ContentRef, FileContent, Page, PageEntry};
@@ -267,52 +267,46 @@ impl Store {
         mut pages: Option<&mut Vec<Vec<ObjectId>>>,
     ) -> Result<Vec<(u64, ObjectId, u64)>> {
         let mut out = Vec::new();
-        match &c.data {
-            ContentRef::Empty => {}
-            ContentRef::Chunk(id) => out.push((0, *id, c.size)),
-            ContentRef::Pages { root, height } => {
-                if let Some(p) = pages.as_deref_mut() {
-                    p.resize(*height as usize + 1, Vec::new());
-                }
-                let conn = self.reader();
-                let mut offset = 0;
-                walk_pages(&conn, *root, *height, &mut offset, &mut out, &mut pages)?;
-            }
+        if let (ContentRef::Pages { height, .. }, Some(p)) = (&c.data, pages.as_deref_mut()) {
+            p.resize(*height as usize + 1, Vec::new());
         }
+        let conn = self.reader();
+        visit_chunks(&conn, c, 0..c.size, pages, &mut |start, id, size| {
+            out.push((start, id, size));
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// Read `len` bytes at `offset` of a file (short at end of file).
+    /// Read `len` bytes at `offset` of a file (short at end of file). Only
+    /// the manifest pages over the range are read.
     pub fn read_file_range(&self, c: &FileContent, offset: u64, len: usize) -> Result<Vec<u8>> {
         let end = c.size.min(offset.saturating_add(len as u64));
         let mut out = Vec::with_capacity(end.saturating_sub(offset) as usize);
         if offset >= end {
             return Ok(out);
         }
-        let chunks = self.chunk_list(c)?;
         let conn = self.reader();
-        for (start, id, size) in chunks {
-            if start + size <= offset || start >= end {
-                continue;
-            }
-            let raw = objects::get_raw_in(&conn, &id, Kind::Chunk)?;
+        visit_chunks(&conn, c, offset..end, None, &mut |start, id, size| {
+            let raw = read_chunk(&conn, &id, size)?;
             let a = offset.max(start) - start;
             let b = end.min(start + size) - start;
             out.extend_from_slice(&raw[a as usize..b as usize]);
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
-    /// Stream a file's whole content into `out`, one chunk at a time.
+    /// Stream a file's whole content into `out`, one chunk at a time:
+    /// memory stays at one chunk and one path of manifest pages whatever
+    /// the file's size.
     pub fn read_to(&self, c: &FileContent, out: &mut dyn Write) -> Result<()> {
-        let chunks = self.chunk_list(c)?;
         let conn = self.reader();
-        for (_, id, _) in chunks {
-            let raw = objects::get_raw_in(&conn, &id, Kind::Chunk)?;
+        visit_chunks(&conn, c, 0..c.size, None, &mut |_, id, size| {
+            let raw = read_chunk(&conn, &id, size)?;
             out.write_all(&raw)
-                .map_err(|e| StoreError::io("write", "the output stream", e))?;
-        }
-        Ok(())
+                .map_err(|e| StoreError::io("write", "the output stream", e))
+        })
     }
 
     /// Write a file's whole content to `dest` (created or truncated). Runs of
@@ -331,58 +325,157 @@ impl Store {
         f: &mut std::fs::File,
         dest: &Path,
     ) -> Result<()> {
-        let chunks = self.chunk_list(c)?;
         let conn = self.reader();
         let mut zero_id: Option<ObjectId> = None;
         let mut buf = std::io::BufWriter::with_capacity(1 << 20, f);
-        for (start, id, _) in chunks {
+        visit_chunks(&conn, c, 0..c.size, None, &mut |start, id, size| {
             if zero_id == Some(id) {
-                continue;
+                return Ok(());
             }
-            let raw = objects::get_raw_in(&conn, &id, Kind::Chunk)?;
+            let raw = read_chunk(&conn, &id, size)?;
             if raw.iter().all(|&b| b == 0) {
                 zero_id = Some(id);
-                continue;
+                return Ok(());
             }
             buf.seek(SeekFrom::Start(start))
                 .map_err(|e| StoreError::io("seek in", dest, e))?;
             buf.write_all(&raw)
-                .map_err(|e| StoreError::io("write", dest, e))?;
-        }
+                .map_err(|e| StoreError::io("write", dest, e))
+        })?;
         buf.flush().map_err(|e| StoreError::io("write", dest, e))?;
         Ok(())
     }
 }
 
-fn walk_pages(
-    conn: &rusqlite::Connection,
-    id: ObjectId,
-    level: u8,
-    offset: &mut u64,
-    out: &mut Vec<(u64, ObjectId, u64)>,
-    pages: &mut Option<&mut Vec<Vec<ObjectId>>>,
-) -> Result<()> {
-    let raw = objects::get_raw_in(conn, &id, Kind::Page)?;
-    let page: Page = decode(&raw).map_err(|e| StoreError::Corrupt {
-        id,
-        reason: format!("bad page: {e}"),
-    })?;
-    if page.level != level {
+/// A chunk's bytes, which must be as long as the manifest says.
+fn read_chunk(conn: &rusqlite::Connection, id: &ObjectId, size: u64) -> Result<Vec<u8>> {
+    let raw = objects::get_raw_in(conn, id, Kind::Chunk)?;
+    if raw.len() as u64 != size {
         return Err(StoreError::Corrupt {
-            id,
-            reason: format!("page level {} where {} was expected", page.level, level),
+            id: *id,
+            reason: format!(
+                "the chunk holds {} bytes where its file's manifest says {size}",
+                raw.len()
+            ),
         });
     }
-    if let Some(p) = pages.as_deref_mut() {
-        p[level as usize].push(id);
-    }
-    for e in page.entries {
-        if level == 0 {
-            out.push((*offset, e.id, e.size));
-            *offset += e.size;
-        } else {
-            walk_pages(conn, e.id, level - 1, offset, out, pages)?;
+    Ok(raw)
+}
+
+/// A manifest page still to be read: its level and the byte count and
+/// file offset its parent's entry gives it.
+struct PendingPage {
+    id: ObjectId,
+    level: u8,
+    size: u64,
+    start: u64,
+}
+
+/// Call `f(start, id, size)` for every chunk of `c` that overlaps `range`,
+/// in file order, with no recursion (an explicit stack of pages).
+///
+/// Readers do not re-hash, so the pages may be forged: a small DAG whose
+/// pages each list the next one twice would describe 2^levels chunks.
+/// The walk is bounded by the size the file declares: every page's
+/// entries must add up to exactly the size its parent's entry gives it
+/// (the root: `c.size`), every entry covers at least one byte and a chunk
+/// at most `CHUNK_MAX`, so the chunks visited are at most `c.size` and
+/// a lie is `Corrupt`, naming the page, at the first page that tells it.
+/// Pages wholly outside `range` are skipped by their declared size, so a
+/// short read of a large file reads one path of pages. `pages`, if given
+/// (sized to the height + 1), receives the page ids of each level in order.
+fn visit_chunks(
+    conn: &rusqlite::Connection,
+    c: &FileContent,
+    range: std::ops::Range<u64>,
+    mut pages: Option<&mut Vec<Vec<ObjectId>>>,
+    f: &mut dyn FnMut(u64, ObjectId, u64) -> Result<()>,
+) -> Result<()> {
+    let (root, height) = match &c.data {
+        ContentRef::Empty => return Ok(()),
+        ContentRef::Chunk(id) => {
+            if c.size == 0 || c.size > CHUNK_MAX as u64 {
+                return Err(StoreError::Corrupt {
+                    id: *id,
+                    reason: format!(
+                        "a one-chunk file of {} bytes (a chunk holds 1 to {CHUNK_MAX})",
+                        c.size
+                    ),
+                });
+            }
+            return if range.start < c.size && range.end > 0 {
+                f(0, *id, c.size)
+            } else {
+                Ok(())
+            };
         }
+        ContentRef::Pages { root, height } => (*root, *height),
+    };
+    let mut stack = vec![PendingPage {
+        id: root,
+        level: height,
+        size: c.size,
+        start: 0,
+    }];
+    let mut children = Vec::new();
+    while let Some(p) = stack.pop() {
+        let corrupt = |reason: String| StoreError::Corrupt { id: p.id, reason };
+        let raw = objects::get_raw_in(conn, &p.id, Kind::Page)?;
+        let page: Page = decode(&raw).map_err(|e| corrupt(format!("bad page: {e}")))?;
+        if page.level != p.level {
+            return Err(corrupt(format!(
+                "page level {} where {} was expected",
+                page.level, p.level
+            )));
+        }
+        let mut sum = 0u64;
+        for e in &page.entries {
+            let max = if p.level == 0 {
+                CHUNK_MAX as u64
+            } else {
+                u64::MAX
+            };
+            if e.size == 0 || e.size > max {
+                return Err(corrupt(format!(
+                    "an entry of {} bytes (level {})",
+                    e.size, p.level
+                )));
+            }
+            sum = sum
+                .checked_add(e.size)
+                .ok_or_else(|| corrupt("entry sizes overflow".into()))?;
+        }
+        if sum != p.size {
+            return Err(corrupt(format!(
+                "its entries cover {sum} bytes where its parent says {}",
+                p.size
+            )));
+        }
+        if let Some(v) = pages
+            .as_deref_mut()
+            .and_then(|v| v.get_mut(p.level as usize))
+        {
+            v.push(p.id);
+        }
+        let mut start = p.start;
+        for e in page.entries {
+            let (s, end) = (start, start + e.size);
+            start = end;
+            if end <= range.start || s >= range.end {
+                continue;
+            }
+            if p.level == 0 {
+                f(s, e.id, e.size)?;
+            } else {
+                children.push(PendingPage {
+                    id: e.id,
+                    level: p.level - 1,
+                    size: e.size,
+                    start: s,
+                });
+            }
+        }
+        stack.extend(children.drain(..).rev());
     }
     Ok(())
 }

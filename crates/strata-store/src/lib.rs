@@ -28,7 +28,7 @@ pub use chunker::{cut_points, CHUNK_AVG, CHUNK_MAX, CHUNK_MIN};
 pub use diff::{Change, ChangeKind};
 pub use edit::{split_path, EditOp, TreeEdit};
 pub use error::{Result, StoreError};
-pub use export::ExportReport;
+pub use export::{ExportOptions, ExportReport};
 pub use id::{Kind, ObjectId};
 pub use maint::{FsckReport, GcReport, Stats};
 pub use object::{

@@ -3,12 +3,11 @@
 
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::{Kind, ObjectId};
-use crate::object::{decode, Commit, Page, TreeNode};
+use crate::object::{decode, Commit, ContentRef, EntryKind, Page, TreeNode};
 use crate::objects;
 use crate::progress::Progress;
 use crate::sql;
 use crate::store::Store;
-use crate::trees::node_children;
 use rusqlite::Connection;
 use std::collections::{HashMap, HashSet};
 
@@ -41,6 +40,9 @@ pub struct FsckReport {
     pub objects_checked: u64,
     pub reachable: u64,
     pub problems: Vec<String>,
+    /// Things that are not damage but should be fixed (a Store that other
+    /// users can read); they do not make `ok` false.
+    pub warnings: Vec<String>,
 }
 
 /// What gc deleted.
@@ -91,16 +93,110 @@ fn roots(conn: &Connection) -> Result<Vec<ObjectId>> {
     Ok(out)
 }
 
+/// What a reference says about the object it names: a file's manifest
+/// entry gives a page's level and the bytes under it, or a chunk's size.
+/// Readers refuse an object that disagrees (`files::visit_chunks`); fsck
+/// reports it, once per disagreeing reference.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Expect {
+    Any,
+    Page { level: u8, size: u64 },
+    Chunk { size: u64 },
+}
+
+impl std::fmt::Display for Expect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expect::Any => write!(f, "anything"),
+            Expect::Page { level, size } => write!(f, "a level-{level} page of {size} bytes"),
+            Expect::Chunk { size } => write!(f, "a chunk of {size} bytes"),
+        }
+    }
+}
+
+/// The children of a tree node with what their references say.
+fn tree_children(node: &TreeNode) -> Vec<(ObjectId, Kind, Expect)> {
+    let mut v = Vec::new();
+    match node {
+        TreeNode::Index(children) => {
+            v.extend(children.iter().map(|c| (c.id, Kind::Tree, Expect::Any)))
+        }
+        TreeNode::Leaf(entries) => {
+            for e in entries {
+                match &e.kind {
+                    EntryKind::Dir(t) => v.push((*t, Kind::Tree, Expect::Any)),
+                    EntryKind::File(c) => match &c.data {
+                        ContentRef::Empty => {}
+                        ContentRef::Chunk(id) => {
+                            v.push((*id, Kind::Chunk, Expect::Chunk { size: c.size }))
+                        }
+                        ContentRef::Pages { root, height } => v.push((
+                            *root,
+                            Kind::Page,
+                            Expect::Page {
+                                level: *height,
+                                size: c.size,
+                            },
+                        )),
+                    },
+                    _ => {}
+                }
+            }
+        }
+    }
+    v
+}
+
+/// A page's level and the bytes its entries cover, or why it is malformed
+/// (an entry of 0 bytes, a chunk entry over `CHUNK_MAX`, an overflow).
+fn page_shape(p: &Page) -> std::result::Result<Expect, String> {
+    let mut size = 0u64;
+    for e in &p.entries {
+        if e.size == 0 || (p.level == 0 && e.size > crate::chunker::CHUNK_MAX as u64) {
+            return Err(format!("an entry of {} bytes at level {}", e.size, p.level));
+        }
+        size = size
+            .checked_add(e.size)
+            .ok_or_else(|| "entry sizes overflow".to_string())?;
+    }
+    Ok(Expect::Page {
+        level: p.level,
+        size,
+    })
+}
+
 /// Walk everything reachable from the roots, recording problems instead of
-/// stopping at the first one.
+/// stopping at the first one. Each object is read once however many
+/// references share it (a forged DAG of pages that each list the next
+/// twice costs one read per page); each reference is still checked
+/// against the object's recorded shape.
 fn mark(conn: &Connection, problems: &mut Vec<String>) -> Result<HashSet<ObjectId>> {
     let mut seen = HashSet::new();
-    let mut stack: Vec<(ObjectId, Kind, String)> = roots(conn)?
+    let mut shapes: HashMap<ObjectId, Expect> = HashMap::new();
+    let mut stack: Vec<(ObjectId, Kind, String, Expect)> = roots(conn)?
         .into_iter()
-        .map(|r| (r, Kind::Commit, "a branch head or pin".to_string()))
+        .map(|r| {
+            (
+                r,
+                Kind::Commit,
+                "a branch head or pin".to_string(),
+                Expect::Any,
+            )
+        })
         .collect();
-    while let Some((id, kind, from)) = stack.pop() {
+    let check = |id: ObjectId, from: &str, expect: Expect, shape: Expect| {
+        (expect != Expect::Any && expect != shape).then(|| {
+            format!(
+                "{} referenced by {from} as {expect} is {shape}: the manifest is corrupt",
+                id.to_hex()
+            )
+        })
+    };
+    while let Some((id, kind, from, expect)) = stack.pop() {
         if !seen.insert(id) {
+            if let Some(shape) = shapes.get(&id) {
+                problems.extend(check(id, &from, expect, *shape));
+            }
             continue;
         }
         let raw = match objects::get_raw_in(conn, &id, kind) {
@@ -113,13 +209,19 @@ fn mark(conn: &Connection, problems: &mut Vec<String>) -> Result<HashSet<ObjectI
         let bad =
             |e: postcard::Error| format!("{} ({}) does not decode: {e}", id.to_hex(), kind.name());
         match kind {
-            Kind::Chunk => {}
+            Kind::Chunk => {
+                let shape = Expect::Chunk {
+                    size: raw.len() as u64,
+                };
+                shapes.insert(id, shape);
+                problems.extend(check(id, &from, expect, shape));
+            }
             Kind::Commit => match decode::<Commit>(&raw) {
                 Ok(c) => {
                     let here = format!("commit {}", id.short());
-                    stack.push((c.tree, Kind::Tree, here.clone()));
+                    stack.push((c.tree, Kind::Tree, here.clone(), Expect::Any));
                     for p in c.parents {
-                        stack.push((p, Kind::Commit, here.clone()));
+                        stack.push((p, Kind::Commit, here.clone(), Expect::Any));
                     }
                 }
                 Err(e) => problems.push(bad(e)),
@@ -127,24 +229,34 @@ fn mark(conn: &Connection, problems: &mut Vec<String>) -> Result<HashSet<ObjectI
             Kind::Tree => match decode::<TreeNode>(&raw) {
                 Ok(n) => {
                     let here = format!("tree {}", id.short());
-                    for (c, k) in node_children(&n) {
-                        stack.push((c, k, here.clone()));
+                    for (c, k, x) in tree_children(&n) {
+                        stack.push((c, k, here.clone(), x));
                     }
                 }
                 Err(e) => problems.push(bad(e)),
             },
             Kind::Page => match decode::<Page>(&raw) {
-                Ok(p) => {
-                    let here = format!("page {}", id.short());
-                    let k = if p.level == 0 {
-                        Kind::Chunk
-                    } else {
-                        Kind::Page
-                    };
-                    for e in p.entries {
-                        stack.push((e.id, k, here.clone()));
+                Ok(p) => match page_shape(&p) {
+                    Ok(shape) => {
+                        shapes.insert(id, shape);
+                        problems.extend(check(id, &from, expect, shape));
+                        let here = format!("page {}", id.short());
+                        for e in p.entries {
+                            let (k, x) = match p.level.checked_sub(1) {
+                                None => (Kind::Chunk, Expect::Chunk { size: e.size }),
+                                Some(level) => (
+                                    Kind::Page,
+                                    Expect::Page {
+                                        level,
+                                        size: e.size,
+                                    },
+                                ),
+                            };
+                            stack.push((e.id, k, here.clone(), x));
+                        }
                     }
-                }
+                    Err(why) => problems.push(format!("{} (page): {why}", id.to_hex())),
+                },
                 Err(e) => problems.push(bad(e)),
             },
         }
@@ -255,6 +367,7 @@ impl Store {
             objects_checked: rows.len() as u64,
             reachable: reachable.len() as u64,
             problems,
+            warnings: crate::store::access_warnings(self.dir()),
         })
     }
 
@@ -295,9 +408,7 @@ impl Store {
             ..Default::default()
         };
         {
-            let mut size = tx
-                .prepare("SELECT length(data) FROM objects WHERE rowid = ?1")
-                .ctx("size an object")?;
+            let mut size = tx.prepare(sql::OBJ_SIZE_ROWID).ctx("size an object")?;
             let mut del = tx.prepare(sql::OBJ_DELETE_ROWID).ctx("delete objects")?;
             for (rowid, id, _, _) in &rows {
                 progress.advance(1);
@@ -314,7 +425,7 @@ impl Store {
         }
         tx.commit().ctx("commit gc")?;
         // Return freed pages to the filesystem (auto_vacuum = INCREMENTAL).
-        let _ = conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);");
+        let _ = conn.execute_batch(sql::GC_SHRINK);
         progress.finish();
         Ok(report)
     }

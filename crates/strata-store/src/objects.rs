@@ -168,6 +168,7 @@ pub(crate) struct Row {
     pub enc: u8,
     pub raw_len: u64,
     pub base: Option<Vec<u8>>,
+    pub depth: i64,
     pub data: Vec<u8>,
 }
 
@@ -180,12 +181,27 @@ pub(crate) fn get_row(conn: &Connection, id: &ObjectId) -> Result<Option<Row>> {
                     enc: r.get(1)?,
                     raw_len: r.get::<_, i64>(2)? as u64,
                     base: r.get(3)?,
+                    depth: r.get(4)?,
                     data: r.get(5)?,
                 })
             })
             .optional()
         })
         .ctx("read an object")
+}
+
+/// The largest decoded size a row of `kind` may declare. Chunks are cut by
+/// FastCDC at `CHUNK_MAX` at most; a page holds at most `PAGE_MAX` entries
+/// of an id and a varint size (about 11 KiB). Trees and commits have no
+/// format limit (names, symlink targets, xattrs and messages are theirs),
+/// so they get a generous one that still keeps a damaged row from making a
+/// reader reserve and fill gigabytes.
+pub(crate) fn max_raw_len(kind: Kind) -> u64 {
+    match kind {
+        Kind::Chunk => crate::chunker::CHUNK_MAX as u64,
+        Kind::Page => 64 << 10,
+        Kind::Tree | Kind::Commit => 256 << 20,
+    }
 }
 
 /// Read an object's raw bytes from `conn`, resolving deltas, checking its
@@ -209,6 +225,9 @@ pub(crate) fn get_raw_in(conn: &Connection, id: &ObjectId, kind: Kind) -> Result
 /// in a damaged row it can be anything up to 2^64. `zstd::bulk` would call
 /// `Vec::with_capacity` with it, and a failed allocation aborts the process
 /// (`handle_alloc_error`), so reserve fallibly and make that an error.
+/// zstd never writes past the buffer (`ZSTD_decompressDCtx` fails with
+/// "Destination buffer is too small"), so a frame that inflates beyond
+/// `raw_len` (a zstd bomb) costs at most `raw_len` bytes and is an error.
 fn zstd_decode(data: &[u8], raw_len: u64, dict: Option<&[u8]>) -> std::io::Result<Vec<u8>> {
     let len = usize::try_from(raw_len)
         .map_err(|_| std::io::Error::other(format!("length {raw_len} does not fit in memory")))?;
@@ -227,25 +246,93 @@ fn zstd_decode(data: &[u8], raw_len: u64, dict: Option<&[u8]>) -> std::io::Resul
     Ok(out)
 }
 
+/// Decode one row whose delta chain is resolved iteratively: the bases are
+/// fetched first, down to a full object, then the deltas are applied back
+/// up. The chain is bounded twice over, so a damaged row (a delta whose
+/// base is itself, a cycle of two rows, a forged depth) is `Corrupt`
+/// instead of a recursion that overflows the stack: each base must have a
+/// smaller stored depth than its delta (the writer stores base depth + 1,
+/// at most `MAX_DELTA_DEPTH`), and no object may appear twice.
 pub(crate) fn decode_row(conn: &Connection, id: &ObjectId, row: Row) -> Result<Vec<u8>> {
+    let kind = Kind::from_u8(row.kind).ok_or_else(|| StoreError::Corrupt {
+        id: *id,
+        reason: format!("unknown kind {}", row.kind),
+    })?;
+    let mut chain: Vec<(ObjectId, Row)> = Vec::new();
+    let (mut cur_id, mut cur) = (*id, row);
+    while cur.enc == ENC_DELTA {
+        let corrupt = |reason: String| StoreError::Corrupt { id: cur_id, reason };
+        if cur.depth < 1 || cur.depth > i64::from(MAX_DELTA_DEPTH) {
+            return Err(corrupt(format!(
+                "a delta with depth {} (deltas are 1 to {MAX_DELTA_DEPTH} deep)",
+                cur.depth
+            )));
+        }
+        let base = cur
+            .base
+            .as_deref()
+            .and_then(ObjectId::from_slice)
+            .ok_or_else(|| corrupt("delta without a base".into()))?;
+        if base == cur_id {
+            return Err(corrupt("a delta whose base is itself".into()));
+        }
+        if base == *id || chain.iter().any(|(c, _)| *c == base) {
+            return Err(corrupt(format!(
+                "delta chain from {} loops back to {}",
+                id.to_hex(),
+                base.to_hex()
+            )));
+        }
+        let base_row = get_row(conn, &base)?.ok_or(StoreError::Missing {
+            id: base,
+            kind: kind.name(),
+        })?;
+        if base_row.kind != cur.kind {
+            return Err(corrupt(format!(
+                "the delta base {} is of kind {}, not {}",
+                base.to_hex(),
+                base_row.kind,
+                kind.name()
+            )));
+        }
+        if base_row.depth >= cur.depth {
+            return Err(corrupt(format!(
+                "a delta of depth {} against {} of depth {} (a base is shallower)",
+                cur.depth,
+                base.to_hex(),
+                base_row.depth
+            )));
+        }
+        chain.push((cur_id, cur));
+        (cur_id, cur) = (base, base_row);
+    }
+    let mut raw = decode_one(&cur_id, kind, cur, None)?;
+    while let Some((delta_id, delta)) = chain.pop() {
+        raw = decode_one(&delta_id, kind, delta, Some(&raw))?;
+    }
+    Ok(raw)
+}
+
+/// Decode one full row (`dict` is `None`) or one delta against its base's
+/// decoded bytes, refusing a declared length beyond `max_raw_len`.
+fn decode_one(id: &ObjectId, kind: Kind, row: Row, dict: Option<&[u8]>) -> Result<Vec<u8>> {
     let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
-    let raw = match row.enc {
-        ENC_RAW => row.data,
-        ENC_ZSTD => {
+    let max = max_raw_len(kind);
+    if row.raw_len > max {
+        return Err(corrupt(format!(
+            "the row declares {} bytes, more than a {} can hold ({max})",
+            row.raw_len,
+            kind.name()
+        )));
+    }
+    let raw = match (row.enc, dict) {
+        (ENC_RAW, None) => row.data,
+        (ENC_ZSTD, None) => {
             zstd_decode(&row.data, row.raw_len, None).map_err(|e| corrupt(format!("zstd: {e}")))?
         }
-        ENC_DELTA => {
-            let base = row
-                .base
-                .as_deref()
-                .and_then(ObjectId::from_slice)
-                .ok_or_else(|| corrupt("delta without a base".into()))?;
-            let kind = Kind::from_u8(row.kind).ok_or_else(|| corrupt("unknown kind".into()))?;
-            let base_raw = get_raw_in(conn, &base, kind)?;
-            zstd_decode(&row.data, row.raw_len, Some(&base_raw))
-                .map_err(|e| corrupt(format!("zstd delta: {e}")))?
-        }
-        other => return Err(corrupt(format!("unknown encoding {other}"))),
+        (ENC_DELTA, Some(base)) => zstd_decode(&row.data, row.raw_len, Some(base))
+            .map_err(|e| corrupt(format!("zstd delta: {e}")))?,
+        (other, _) => return Err(corrupt(format!("unknown encoding {other}"))),
     };
     if raw.len() as u64 != row.raw_len {
         return Err(corrupt(format!(

@@ -73,3 +73,20 @@ pub const BRANCH_HEADS: &str = "SELECT head FROM branches";
 pub const PIN_PUT: &str = "INSERT OR REPLACE INTO pins (holder, commit_id) VALUES (?1, ?2)";
 pub const PIN_DELETE: &str = "DELETE FROM pins WHERE holder = ?1";
 pub const PIN_HEADS: &str = "SELECT commit_id FROM pins";
+
+/// Size of one stored object (gc reports the bytes it frees).
+pub const OBJ_SIZE_ROWID: &str = "SELECT length(data) FROM objects WHERE rowid = ?1";
+
+/// A new Store: pages freed by gc go back to the filesystem (incremental
+/// vacuum), and the schema is made inside one exclusive transaction.
+pub const CREATE_BEGIN: &str = "PRAGMA auto_vacuum = INCREMENTAL; BEGIN IMMEDIATE;";
+pub const CREATE_COMMIT: &str = "COMMIT;";
+/// WAL lets readers and one writer proceed at once, across processes;
+/// returns the journal mode SQLite actually chose.
+pub const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode=WAL";
+/// Per connection: a 64 MiB page cache, temporary tables in memory, and a
+/// WAL checkpoint every 4,096 pages (16 MiB) instead of 1,000.
+pub const CONNECTION_PRAGMAS: &str =
+    "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;";
+/// After gc: return freed pages to the filesystem and truncate the WAL.
+pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";

@@ -5,6 +5,7 @@ use crate::error::{Result, SqlCtx, StoreError};
 use crate::sql;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -85,16 +86,37 @@ impl Store {
                 });
             }
         } else {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::io("create", dir, e))?;
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| StoreError::io("create", parent, e))?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(PRIVATE_DIR)
+                .create(dir)
+                .map_err(|e| StoreError::io("create", dir, e))?;
         }
         if !opts.allow_any_fs {
             check_filesystem(dir)?;
         }
+        // Private: the Store holds every snapshot's content. The modes are
+        // set explicitly, whatever the umask; SQLite gives the -wal and
+        // -shm files the database file's mode (os_unix.c,
+        // findCreateFileMode and unixOpenSharedMemory), so a 0600
+        // strata.db made here makes them 0600 too.
+        set_mode(dir, PRIVATE_DIR)?;
         let lock = open_lock(dir)?;
+        set_mode(&dir.join(LOCK_FILE), PRIVATE_FILE)?;
         // Creating the schema is exclusive: no other process may see a half-made Store.
         flock(&lock, dir, rustix::fs::FlockOperation::LockExclusive)?;
-        let conn = connect(&dir.join(DB_FILE), true)?;
-        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; BEGIN IMMEDIATE;")
+        let db = dir.join(DB_FILE);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(PRIVATE_FILE)
+            .open(&db)
+            .map_err(|e| StoreError::io("create", &db, e))?;
+        set_mode(&db, PRIVATE_FILE)?;
+        let conn = connect(&db, true)?;
+        conn.execute_batch(sql::CREATE_BEGIN)
             .ctx("begin creating the Store")?;
         conn.execute_batch(sql::SCHEMA).ctx("create the schema")?;
         let put = |k: &str, v: String| conn.execute(sql::META_PUT, (k, v)).ctx("write metadata");
@@ -103,7 +125,8 @@ impl Store {
         put("durable", (opts.durable as i32).to_string())?;
         put("deltas", (!opts.no_deltas as i32).to_string())?;
         put("created_ns", crate::now_ns().to_string())?;
-        conn.execute_batch("COMMIT;").ctx("commit the new schema")?;
+        conn.execute_batch(sql::CREATE_COMMIT)
+            .ctx("commit the new schema")?;
         drop(conn);
         flock(&lock, dir, rustix::fs::FlockOperation::Unlock)?;
         drop(lock);
@@ -278,8 +301,50 @@ fn open_lock(dir: &Path) -> Result<File> {
         .truncate(false)
         .read(true)
         .write(true)
+        .mode(PRIVATE_FILE)
         .open(&p)
         .map_err(|e| StoreError::io("open the lock file", &p, e))
+}
+
+/// The mode of a new Store directory and of its files.
+const PRIVATE_DIR: u32 = 0o700;
+const PRIVATE_FILE: u32 = 0o600;
+
+fn set_mode(p: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| StoreError::io("chmod", p, e))
+}
+
+/// Warnings about a Store others on the host can read: its directory or
+/// database open to group or others (a Store made before Stores were
+/// private, or chmod'ed since). Each says the command that fixes it.
+pub(crate) fn access_warnings(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mode = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .map(|m| m.permissions().mode() & 0o7777)
+    };
+    if let Some(m) = mode(dir).filter(|m| m & 0o077 != 0) {
+        out.push(format!(
+            "the Store directory {} has mode {m:04o}: other users on this host can reach every snapshot's content. Run `chmod 700 {}`",
+            dir.display(),
+            dir.display()
+        ));
+    }
+    for f in [DB_FILE, "strata.db-wal", "strata.db-shm", LOCK_FILE] {
+        let p = dir.join(f);
+        if let Some(m) = mode(&p).filter(|m| m & 0o077 != 0) {
+            out.push(format!(
+                "{} has mode {m:04o}: other users on this host can read it. Run `chmod 600 {}`",
+                p.display(),
+                p.display()
+            ));
+        }
+    }
+    out
 }
 
 fn flock(f: &File, dir: &Path, op: rustix::fs::FlockOperation) -> Result<()> {
@@ -299,7 +364,7 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
         .ctx("set the busy timeout")?;
     // WAL lets readers and one writer proceed at once, across processes.
     let mode: String = conn
-        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .query_row(sql::JOURNAL_MODE_WAL, [], |r| r.get(0))
         .map_err(|e| StoreError::NotAStore {
             path: db.to_path_buf(),
             reason: format!("it is not a SQLite database ({e})"),
@@ -310,10 +375,8 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
             reason: format!("SQLite refused WAL mode (got {mode})"),
         });
     }
-    conn.execute_batch(
-        "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;",
-    )
-    .ctx("set connection pragmas")?;
+    conn.execute_batch(sql::CONNECTION_PRAGMAS)
+        .ctx("set connection pragmas")?;
     Ok(conn)
 }
 

@@ -205,25 +205,70 @@ fn list_into(conn: &rusqlite::Connection, id: &ObjectId, out: &mut Vec<TreeEntry
     Ok(())
 }
 
-/// The ids a tree node references directly (child nodes, subtrees, file
-/// chunks and root pages), for fsck and gc.
-pub(crate) fn node_children(node: &TreeNode) -> Vec<(ObjectId, Kind)> {
-    let mut v = Vec::new();
-    match node {
-        TreeNode::Index(children) => v.extend(children.iter().map(|c| (c.id, Kind::Tree))),
-        TreeNode::Leaf(entries) => {
-            for e in entries {
-                match &e.kind {
-                    crate::EntryKind::Dir(t) => v.push((*t, Kind::Tree)),
-                    crate::EntryKind::File(c) => match &c.data {
-                        crate::ContentRef::Empty => {}
-                        crate::ContentRef::Chunk(id) => v.push((*id, Kind::Chunk)),
-                        crate::ContentRef::Pages { root, .. } => v.push((*root, Kind::Page)),
-                    },
-                    _ => {}
+/// The most entries one exported tree may expand to. ext4 and xfs count
+/// inodes in 32 bits, so no directory tree on disk holds more; only a
+/// forged DAG of shared subtrees (each directory listing the next one
+/// twice, 40 levels deep: 2^41 paths from 41 rows) does.
+pub(crate) const MAX_TREE_ENTRIES: u64 = 1 << 32;
+
+/// How many entries the tree `root` holds, each directory counted with
+/// everything under it. Each distinct tree is read once (a shared subtree
+/// is counted, not walked again) with a stack of its own, so the cost is
+/// the number of stored trees whatever the DAG expands to. A tree that
+/// contains itself, or one expanding to more than `MAX_TREE_ENTRIES`, is
+/// `Corrupt`, naming the tree.
+pub(crate) fn expanded_entries(conn: &rusqlite::Connection, root: ObjectId) -> Result<u64> {
+    enum Step {
+        Enter(ObjectId),
+        /// A tree's own entry count and its subdirectories (with repeats).
+        Exit(ObjectId, u64, Vec<ObjectId>),
+    }
+    let mut memo: std::collections::HashMap<ObjectId, u64> = Default::default();
+    let mut open = std::collections::HashSet::new();
+    let mut stack = vec![Step::Enter(root)];
+    while let Some(step) = stack.pop() {
+        match step {
+            Step::Enter(id) => {
+                if memo.contains_key(&id) {
+                    continue;
                 }
+                // Entered and not yet exited: exactly the trees above this one.
+                if !open.insert(id) {
+                    return Err(StoreError::Corrupt {
+                        id,
+                        reason: "a directory tree contains itself".into(),
+                    });
+                }
+                let mut entries = Vec::new();
+                list_into(conn, &id, &mut entries)?;
+                let dirs: Vec<ObjectId> = entries
+                    .iter()
+                    .filter_map(|e| match e.kind {
+                        crate::EntryKind::Dir(t) => Some(t),
+                        _ => None,
+                    })
+                    .collect();
+                let todo: Vec<ObjectId> = dirs.clone();
+                stack.push(Step::Exit(id, entries.len() as u64, dirs));
+                stack.extend(todo.into_iter().map(Step::Enter));
+            }
+            Step::Exit(id, own, dirs) => {
+                let mut n = own;
+                for d in &dirs {
+                    n = n.saturating_add(memo.get(d).copied().unwrap_or(0));
+                }
+                if n > MAX_TREE_ENTRIES {
+                    return Err(StoreError::Corrupt {
+                        id,
+                        reason: format!(
+                            "the directory tree expands to more than {MAX_TREE_ENTRIES} entries (shared subtrees listed again and again; no filesystem holds that many)"
+                        ),
+                    });
+                }
+                open.remove(&id);
+                memo.insert(id, n);
             }
         }
     }
-    v
+    Ok(memo.get(&root).copied().unwrap_or(0))
 }

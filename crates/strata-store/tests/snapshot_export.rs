@@ -1,7 +1,8 @@
 //! A generated tree with every kind of entry the Store preserves is
 //! snapshotted and exported back, and the copy is compared entry by entry:
 //! content, type, mode (incl. setuid/setgid/sticky), owner, mtime to the
-//! nanosecond, symlink targets, hard links, xattrs, non-UTF-8 names.
+//! nanosecond, symlink targets, hard links, xattrs, non-UTF-8 names
+//! (with `preserve_privileges`, so that setuid/setgid come back too).
 
 mod common;
 use common::*;
@@ -221,8 +222,15 @@ fn snapshot_then_export_is_identical() {
     let l = store.read_path(head, b"link-out").unwrap().unwrap();
     assert_eq!(l.kind, EntryKind::Symlink(b"/etc/passwd".to_vec()));
 
+    // Exactly: setuid and setgid bits come back only when asked for
+    // (tests/privileges.rs covers the default, which drops them).
     let out = tmp.path().join("out");
-    store.export(head, &out, false, &NoProgress).unwrap();
+    let opts = ExportOptions {
+        force: false,
+        preserve_privileges: true,
+    };
+    let r = store.export_with(head, &out, &opts, &NoProgress).unwrap();
+    assert_eq!(r.restored_privileges, 2, "the setuid and setgid files");
     let a = describe(&src);
     let b = describe(&out);
     assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>());

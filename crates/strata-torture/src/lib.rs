@@ -1,4 +1,4 @@
-//! strata under load, faults and hostile input (issue 9).
+//! strata under load, faults and hostile input (docs/reliability.md, docs/security.md).
 //!
 //! The tests live in `tests/`; this library holds what they share: random
 //! trees, a manifest of a tree (on disk or in a commit) to compare them, the

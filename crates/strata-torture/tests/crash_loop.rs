@@ -1,4 +1,4 @@
-//! Crash loop (issue 9, "Faults"): a snapshot or a Workspace commit of a
+//! Crash loop (docs/reliability.md): a snapshot or a Workspace commit of a
 //! random tree runs in a child process (this test binary re-executed) and
 //! is killed with SIGKILL at a random moment. After each kill:
 //!

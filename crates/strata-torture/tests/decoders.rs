@@ -1,4 +1,4 @@
-//! Hostile stored bytes (issue 9, "Fuzzing"): every decoder that reads
+//! Hostile stored bytes (docs/reliability.md): every decoder that reads
 //! what the Store holds (object rows: encoding, zstd and delta frames,
 //! lengths, kinds; the postcard encodings of commits, tree nodes and
 //! manifest pages) is fed damaged rows, and every read path (open,
@@ -80,6 +80,9 @@ enum Damage {
     Base(Option<Vec<u8>>),
     /// The data of another row (a valid frame of the wrong object).
     Swap(usize),
+    /// A delta whose base is its own id (`enc = 2, base = id, depth = 1`):
+    /// readers used to recurse on it until the stack overflowed.
+    SelfDelta,
 }
 
 fn damage() -> impl Strategy<Value = Damage> {
@@ -109,6 +112,7 @@ fn damage() -> impl Strategy<Value = Damage> {
             .prop_map(Damage::Kind),
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)).prop_map(Damage::Base),
         any::<usize>().prop_map(Damage::Swap),
+        Just(Damage::SelfDelta),
     ]
 }
 
@@ -155,6 +159,13 @@ fn apply(db: &Path, which: usize, d: &Damage) {
         Damage::RawLen(n) => set("raw_len", V::Integer(*n)),
         Damage::Kind(k) => set("kind", V::Integer(*k)),
         Damage::Base(b) => set("base", b.clone().map_or(V::Null, V::Blob)),
+        Damage::SelfDelta => {
+            c.execute(
+                "UPDATE objects SET enc = 2, base = id, depth = 1 WHERE rowid = ?1",
+                [row],
+            )
+            .unwrap();
+        }
         Damage::Swap(other) => {
             let o = rows[other % rows.len()];
             let d2: Vec<u8> = c
@@ -229,6 +240,7 @@ fn corpus() -> Vec<(String, usize, Damage)> {
             },
             "truncate" => Damage::Truncate(n(2) as usize),
             "swap" => Damage::Swap(n(2) as usize),
+            "selfdelta" => Damage::SelfDelta,
             "data" => Damage::Data(hex(f.get(2).copied().unwrap_or(""))),
             other => panic!("{}: unknown damage {other}", p.display()),
         };

@@ -1,4 +1,4 @@
-//! Disk full (issue 9, "Faults"), beyond what strata-store (import into a
+//! Disk full (docs/reliability.md), beyond what strata-store (import into a
 //! full tmpfs) and strata-workspace (commit into a full Store disk)
 //! already test:
 //!

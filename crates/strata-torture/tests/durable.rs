@@ -1,4 +1,4 @@
-//! Power-loss model (issue 9, "Faults"; docs/reliability.md): what a
+//! Power-loss model (docs/reliability.md): what a
 //! `--durable` Store promises is that a commit acknowledged to its caller
 //! is on stable storage. SQLite in WAL mode with `synchronous=FULL` makes
 //! that true by fsync'ing the WAL at every transaction commit, before the

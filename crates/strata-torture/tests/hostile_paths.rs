@@ -1,4 +1,4 @@
-//! Hostile paths and names (issue 9, "Paths"): tree entry names that are
+//! Hostile paths and names (docs/reliability.md): tree entry names that are
 //! not one path component, symlinks in the way of an export, NUL bytes,
 //! names over 255 bytes and overlong paths in every Store and Workspace
 //! API argument that names a path, and an import next to symlinks that

@@ -1,4 +1,4 @@
-//! Load (issue 9, "Load"): eight processes commit to eight branches of one
+//! Load (docs/reliability.md): eight processes commit to eight branches of one
 //! Store at once for 10 s (full form: 60 s). The only error a writer may
 //! see is the typed `Busy` (SQLite's write lock held past
 //! `BUSY_TIMEOUT`), which it retries; every commit a writer acknowledged is

@@ -16,7 +16,10 @@ pub(crate) struct ContentCache {
 
 impl ContentCache {
     pub(crate) fn new(dir: PathBuf) -> Result<ContentCache> {
-        std::fs::create_dir_all(&dir).map_err(WsError::io("create the content cache", &dir))?;
+        if !dir.is_dir() {
+            crate::workspace::private_dir(&dir, true)
+                .map_err(WsError::io("create the content cache", &dir))?;
+        }
         Ok(ContentCache { dir })
     }
 

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 16] = b"strata-wsjournal";
@@ -82,6 +83,7 @@ impl Journal {
                 .truncate(false)
                 .read(true)
                 .append(true)
+                .mode(0o600)
                 .open(path)
                 .map_err(WsError::io("open the workspace journal", path))?,
             path: path.to_path_buf(),
@@ -173,7 +175,12 @@ impl Journal {
         bytes.extend(frame(&recs));
         let tmp = self.path.with_extension("compact");
         {
-            let mut f = File::create(&tmp)?;
+            let mut f = File::options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
             f.write_all(&bytes)?;
             // The rename must not expose an empty file after a power loss.
             f.sync_data()?;

@@ -5,6 +5,7 @@
 //! Store; changed and new file data live in a per-Workspace scratch
 //! directory (the upper layer) and every metadata change is journalled in
 //! SQLite next to it, so that a Workspace survives the death of its server.
+#![forbid(unsafe_code)]
 
 mod cache;
 mod commit;

@@ -32,6 +32,7 @@
 
 use crate::state::State;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// Directory of the first version's pool; files left there by an older
@@ -101,6 +102,7 @@ impl State {
             .write(true)
             .create(true)
             .truncate(!reused)
+            .mode(0o600)
             .open(self.upper_path(ino))
     }
 

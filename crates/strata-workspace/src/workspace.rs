@@ -14,6 +14,7 @@ use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -49,12 +50,27 @@ impl std::fmt::Debug for Workspace {
     }
 }
 
+/// Create directory `p` (and, with `parents`, its missing ancestors) with
+/// mode 0700 whatever the umask: a scratch directory holds the changed
+/// files of a Workspace and the content cache its base's files, which
+/// only the user serving the Workspace may read (ARCHITECTURE.md; the
+/// Store itself is 0700 for the same reason).
+pub(crate) fn private_dir(p: &Path, parents: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(parents)
+        .mode(0o700)
+        .create(p)?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700))
+}
+
 fn lock_dir(dir: &Path, id: &str) -> Result<File> {
     let p = dir.join(LOCK);
     let f = File::options()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&p)
         .map_err(WsError::io("open the workspace lock", &p))?;
     // flock(2): released by the kernel when the holder dies, so a crashed
@@ -110,10 +126,12 @@ impl Workspace {
         };
         valid_id(&id)?;
         let dir = scratch_root.join(&id);
-        std::fs::create_dir_all(scratch_root)
-            .map_err(WsError::io("create the scratch root", scratch_root))?;
-        std::fs::create_dir(&dir).map_err(WsError::io("create the workspace directory", &dir))?;
-        std::fs::create_dir(dir.join(UPPER))
+        if !scratch_root.is_dir() {
+            private_dir(scratch_root, true)
+                .map_err(WsError::io("create the scratch root", scratch_root))?;
+        }
+        private_dir(&dir, false).map_err(WsError::io("create the workspace directory", &dir))?;
+        private_dir(&dir.join(UPPER), false)
             .map_err(WsError::io("create the upper directory", &dir))?;
         let lock = lock_dir(&dir, &id)?;
         let journal = Journal::open(&dir.join(JOURNAL))?;

@@ -2,6 +2,7 @@
 //! temporary directory, parse its JSON, and build source trees.
 #![allow(dead_code)]
 
+pub mod canary;
 pub mod sb;
 
 use assert_cmd::Command;

@@ -6,7 +6,7 @@
 //! Setup (needs root, as CI has): create the user if missing, give it
 //! /dev/fuse the way an administrator would (`chmod 0666`, restored after),
 //! and a Store it owns. Every assertion about data reads the committed tree
-//! back from the Store (BRIEF section 4: a version elsewhere reported
+//! back from the Store (docs/design.md §4: a version elsewhere reported
 //! success while discarding every write), never the exit status alone.
 //!
 //! The tests share /dev/fuse's mode and uid 1500's process list, so they

@@ -83,7 +83,6 @@ impl Daemon {
         );
         let mut cfg = cfg;
         // Reachable by uid 1500 (the helper writes its failure report there).
-        cfg.run_dir = Some(tmp.path().join("run"));
         cfg.tcp_port = tcp_port;
         cfg.recover_workspaces = recover;
         let cfg_path = private.join("config.json");

@@ -1,10 +1,12 @@
 //! Setup of the docker backend's tests: a running Engine (started with
 //! `scripts/dockerd.sh start` when none answers), the static binaries the
-//! containers run, and a minimal image built here from Debian's
-//! busybox-static, imported through the Engine API (no registry).
+//! containers run (from this test's own build directory), and a minimal
+//! image built here from Debian's busybox-static, imported through the
+//! Engine API (no registry).
 //!
 //! Nothing here skips: a machine without docker.io, busybox-static or the
-//! static binaries FAILS every test with the reason and what to do.
+//! static binaries FAILS every test with the reason and what to do
+//! (`scripts/test` sets all of it up).
 
 #![allow(dead_code)]
 
@@ -14,7 +16,8 @@ use std::sync::OnceLock;
 use strata_docker::{Engine, DEFAULT_SOCKET};
 
 /// Directory of the statically linked binaries (`strata-daemon` and
-/// `strata-sandbox-fake-daemon`), as .ci/run builds them.
+/// `strata-sandbox-fake-daemon`) when they are not in this test's own
+/// build directory.
 pub const STATIC_DIR_ENV: &str = "STRATA_STATIC_DIR";
 pub const IMAGE_REPO: &str = "strata-test-busybox";
 pub const IMAGE_TAG: &str = "contract";
@@ -30,19 +33,43 @@ pub fn require_root() {
     );
 }
 
-/// `name` in the static binaries' directory; fails with the build command.
+/// The build directory this test binary was built into
+/// (`target/<host tuple>/<profile>`; the test is `deps/NAME-HASH` below it).
+fn own_build_dir() -> PathBuf {
+    let me = std::env::current_exe().expect("current_exe");
+    me.parent()
+        .and_then(Path::parent)
+        .expect("a test binary lives in <build dir>/deps/")
+        .to_path_buf()
+}
+
+/// `name` from `$STRATA_STATIC_DIR`, else from this test's own build
+/// directory: the workspace links every binary statically
+/// (.cargo/config.toml), and `cargo test --workspace` builds
+/// `strata-daemon` and `strata-sandbox-fake-daemon` with the tests. Fails
+/// with the command that builds them.
 pub fn static_bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os(STATIC_DIR_ENV)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target/x86_64-unknown-linux-gnu/release"));
+    let (dir, from_env) = match std::env::var_os(STATIC_DIR_ENV) {
+        Some(d) if !d.is_empty() => (PathBuf::from(d), true),
+        _ => (own_build_dir(), false),
+    };
     let p = dir.join(name);
     if let Err(e) = strata_docker::check_static(&p) {
+        let profile = if dir.ends_with("release") {
+            " --release"
+        } else {
+            ""
+        };
         panic!(
-            "the docker tests need statically linked binaries (images have no glibc): {e}\n\
-             build them with:\n  RUSTFLAGS=\"-C target-feature=+crt-static\" cargo build --release \
-             --target x86_64-unknown-linux-gnu -p strata-daemon -p strata-sandbox --bins\n\
-             (or set {STATIC_DIR_ENV} to the directory holding `strata-daemon` and \
-             `strata-sandbox-fake-daemon`); .ci/run does this before `cargo test`"
+            "the docker tests upload statically linked binaries into containers (images have no glibc): {e}\n\
+             {}build them with:\n  cargo build{profile} -p strata-daemon -p strata-sandbox --bins\n\
+             (static by the workspace's .cargo/config.toml; a RUSTFLAGS environment variable \
+             replaces that setting: unset it). scripts/test does this before the tests.",
+            if from_env {
+                format!("{STATIC_DIR_ENV} names {}; unset it or ", dir.display())
+            } else {
+                String::new()
+            }
         );
     }
     p.canonicalize().unwrap()

@@ -98,7 +98,8 @@ fn command(argv: &[&str]) -> String {
         session: Default::default(),
     };
     let exe = std::env::current_exe().unwrap_or_default();
-    match strata_sandbox::exec_helper_command(&exe, &spec, None).map(|mut c| {
+    match strata_sandbox::exec_helper_command(&exe, &spec).map(|h| {
+        let mut c = h.command;
         c.stdin(std::process::Stdio::null());
         c.output()
     }) {

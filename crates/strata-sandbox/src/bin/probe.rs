@@ -289,7 +289,6 @@ fn main() -> ExitCode {
                 rlimits: vec![],
                 session: Default::default(),
             };
-            let report = std::env::temp_dir().join(format!("helper-report-{}", std::process::id()));
             let exe = match std::env::current_exe() {
                 Ok(e) => e,
                 Err(e) => {
@@ -297,13 +296,21 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let status = strata_sandbox::exec_helper_command(&exe, &spec, Some(&report))
+            let run = strata_sandbox::exec_helper_command(&exe, &spec)
                 .map_err(|e| e.to_string())
-                .and_then(|mut c| c.status().map_err(|e| e.to_string()));
-            if let Ok(text) = std::fs::read_to_string(&report) {
-                println!("helper-failure: {}", text.trim());
+                .and_then(|h| h.spawn().map_err(|e| e.to_string()))
+                .and_then(|(mut child, report)| {
+                    let failure = report.read_blocking().map_err(|e| e.to_string())?;
+                    Ok((child.wait().map_err(|e| e.to_string())?, failure))
+                });
+            if let Ok((_, Some(f))) = &run {
+                println!(
+                    "helper-failure: {}",
+                    serde_json::to_string(f).unwrap_or_default()
+                );
                 return ExitCode::from(3);
             }
+            let status = run.map(|(s, _)| s);
             match status {
                 Ok(s) => ExitCode::from(s.code().unwrap_or(4) as u8),
                 Err(e) => {
@@ -332,12 +339,11 @@ fn main() -> ExitCode {
                 session: Default::default(),
             };
             let exe = std::env::current_exe().unwrap_or_default();
-            let child = strata_sandbox::exec_helper_command(&exe, &spec, None)
+            let child = strata_sandbox::exec_helper_command(&exe, &spec)
                 .map_err(|e| e.to_string())
-                .and_then(|mut c| {
-                    c.stdout(std::process::Stdio::piped())
-                        .spawn()
-                        .map_err(|e| e.to_string())
+                .and_then(|mut h| {
+                    h.command.stdout(std::process::Stdio::piped());
+                    h.spawn().map(|(c, _)| c).map_err(|e| e.to_string())
                 });
             let mut child = match child {
                 Ok(c) => c,
@@ -415,9 +421,9 @@ fn main() -> ExitCode {
                 session: strata_sandbox::Session::NewProcessGroup,
             };
             let exe = std::env::current_exe().unwrap_or_default();
-            let child = strata_sandbox::exec_helper_command(&exe, &spec, None)
+            let child = strata_sandbox::exec_helper_command(&exe, &spec)
                 .map_err(|e| e.to_string())
-                .and_then(|mut c| c.spawn().map_err(|e| e.to_string()));
+                .and_then(|h| h.spawn().map(|(c, _)| c).map_err(|e| e.to_string()));
             let mut child = match child {
                 Ok(c) => c,
                 Err(e) => {

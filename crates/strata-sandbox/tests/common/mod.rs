@@ -4,9 +4,10 @@
 //! by cargo for integration tests, path in `CARGO_BIN_EXE_…`) is used both
 //! as the Sandbox init (`SandboxCommand::init_exe`, it calls
 //! `maybe_run_internal()` first) and as the command inside the Sandbox,
-//! where it answers one question per subcommand. With the default
-//! `RootFs::HostReadOnly` the probe's path on the host is also its path
-//! inside the Sandbox.
+//! where it answers one question per subcommand. The default view
+//! (`RootFs::HostReadOnly`) shows only the host's system directories, so
+//! [`with_probe`] binds the probe read-only at its host path ([`run_in`]
+//! does it for every config it runs).
 //!
 //! These tests need root (namespaces, mounts, cgroups). Without it they
 //! FAIL with the reason; they never skip.
@@ -16,7 +17,9 @@
 use std::ffi::OsString;
 use std::process::Stdio;
 
-use strata_sandbox::{ExecSpec, Identity, Outcome, SandboxCommand, SandboxConfig};
+use strata_sandbox::{
+    BindMount, ExecSpec, Identity, Outcome, RootFs, SandboxCommand, SandboxConfig,
+};
 
 pub const PROBE: &str = env!("CARGO_BIN_EXE_strata-sandbox-probe");
 
@@ -50,10 +53,28 @@ pub fn probe(args: &[&str]) -> ExecSpec {
     spec(&v)
 }
 
+/// `config` with the probe bound read-only at its host path (the host
+/// view does not show the build directory), unless the root is a rootfs.
+pub fn with_probe(mut config: SandboxConfig) -> SandboxConfig {
+    if config.root == RootFs::HostReadOnly {
+        config.binds.push(BindMount {
+            source: PROBE.into(),
+            target: PROBE.into(),
+            readonly: true,
+        });
+    }
+    config
+}
+
+/// [`with_probe`] on the default config.
+pub fn default_config() -> SandboxConfig {
+    with_probe(SandboxConfig::default())
+}
+
 /// Run in a fresh Sandbox and collect (outcome, stdout, stderr).
 pub fn run_in(config: SandboxConfig, spec: ExecSpec) -> (Outcome, String, String) {
     require_root();
-    let child = SandboxCommand::new(config, spec)
+    let child = SandboxCommand::new(with_probe(config), spec)
         .init_exe(PROBE)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,4 +1,4 @@
-//! The Backend contract suite (BRIEF §3, B1–B10), one suite for every
+//! The Backend contract suite (docs/design.md §3, B1–B10), one suite for every
 //! backend: each function takes a [`Harness`] and checks one part of the
 //! contract through `&dyn Backend` only, with the stand-in daemon
 //! `strata-sandbox-fake-daemon` (it prints the marker, listens on the

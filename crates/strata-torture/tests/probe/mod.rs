@@ -33,12 +33,16 @@ pub fn main(args: &[String]) {
             }
         }
     }
-    // Every process of another uid the command can see (its PID
-    // namespace): PID 1 (init), the daemon, the exec helper's parent.
-    for e in std::fs::read_dir("/proc").expect("list /proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
+    // Every process the command can list (its PID namespace, and of it
+    // only its own uid's: /proc has hidepid=invisible), then PID 1 (the
+    // init) and PID 2 (the daemon) by number, listed or not: a pid needs no
+    // listing to be signalled or traced.
+    let listed: Vec<i32> = std::fs::read_dir("/proc")
+        .expect("list /proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect();
+    for &pid in &listed {
         let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
             continue;
         };
@@ -73,46 +77,56 @@ pub fn main(args: &[String]) {
             }
             continue;
         }
-        let p = rustix::process::Pid::from_raw(pid).expect("pid > 0");
-        // Signal 0 runs the same permission check as a real signal
-        // (kill(2): "existence and permission checks are still performed").
-        let kill = rustix::process::test_kill_process(p);
-        // SAFETY: PTRACE_ATTACH takes a pid and two ignored arguments; no
-        // memory of ours is passed. If it ever succeeded we detach below.
-        let pt = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) };
-        let pt_err = std::io::Error::last_os_error();
+        println!("listed pid {pid} of uid {uid}");
+        attack(pid);
+    }
+    for pid in [1, 2].into_iter().filter(|p| !listed.contains(p)) {
+        attack(pid);
+    }
+}
+
+/// Signal, trace and read the memory and environment of `pid` (another
+/// uid's process); one `pid N:` line, a `BREACH` line per success.
+fn attack(pid: i32) {
+    let p = rustix::process::Pid::from_raw(pid).expect("pid > 0");
+    // Signal 0 runs the same permission check as a real signal
+    // (kill(2): "existence and permission checks are still performed").
+    let kill = rustix::process::test_kill_process(p);
+    // SAFETY: PTRACE_ATTACH takes a pid and two ignored arguments; no
+    // memory of ours is passed. If it ever succeeded we detach below.
+    let pt = unsafe { libc::ptrace(libc::PTRACE_ATTACH, pid, 0usize, 0usize) };
+    let pt_err = std::io::Error::last_os_error();
+    if pt == 0 {
+        // SAFETY: as above.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
+    }
+    let env = std::fs::read(format!("/proc/{pid}/environ"));
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"));
+    println!(
+        "pid {pid}: kill0 {kill:?}, ptrace {}, environ {}, mem {}",
         if pt == 0 {
-            // SAFETY: as above.
-            unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0usize, 0usize) };
-        }
-        let env = std::fs::read(format!("/proc/{pid}/environ"));
-        let mem = std::fs::File::open(format!("/proc/{pid}/mem"));
-        println!(
-            "pid {pid} uid {uid}: kill0 {kill:?}, ptrace {}, environ {}, mem {}",
-            if pt == 0 {
-                "ok".to_string()
-            } else {
-                pt_err.to_string()
-            },
-            env.as_ref()
-                .map(|_| "ok".to_string())
-                .unwrap_or_else(|e| e.to_string()),
-            mem.as_ref()
-                .map(|_| "ok".to_string())
-                .unwrap_or_else(|e| e.to_string()),
-        );
-        if kill.is_ok() {
-            println!("BREACH signal pid {pid}");
-        }
-        if pt == 0 {
-            println!("BREACH ptrace pid {pid}");
-        }
-        if env.is_ok() {
-            println!("BREACH environ pid {pid}");
-        }
-        if mem.is_ok() {
-            println!("BREACH mem pid {pid}");
-        }
+            "ok".to_string()
+        } else {
+            pt_err.to_string()
+        },
+        env.as_ref()
+            .map(|_| "ok".to_string())
+            .unwrap_or_else(|e| e.to_string()),
+        mem.as_ref()
+            .map(|_| "ok".to_string())
+            .unwrap_or_else(|e| e.to_string()),
+    );
+    if kill.is_ok() {
+        println!("BREACH signal pid {pid}");
+    }
+    if pt == 0 {
+        println!("BREACH ptrace pid {pid}");
+    }
+    if env.is_ok() {
+        println!("BREACH environ pid {pid}");
+    }
+    if mem.is_ok() {
+        println!("BREACH mem pid {pid}");
     }
 }
 
