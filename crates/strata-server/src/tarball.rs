@@ -213,7 +213,7 @@ fn tar_edits(store: &Store, body: &[u8]) -> AppResult<Vec<TreeEdit>> {
     // tar(5): 512-byte blocks ending in two zero blocks. The reader takes a
     // short or empty body for an empty archive; such a body is a mistake
     // (it would publish an empty tree), not an archive.
-    if body.len() < 1024 || body.len() % 512 != 0 {
+    if body.len() < 1024 || !body.len().is_multiple_of(512) {
         return Err(bad(format!(
             "{} bytes is not a tar archive (whole 512-byte blocks, at least the two end blocks); send the output of `tar -cf - -C DIR .`",
             body.len()
