@@ -8,6 +8,7 @@ mod fs;
 mod report;
 mod rootless;
 mod sandbox;
+mod server;
 mod store;
 
 use clap::Parser;
@@ -22,7 +23,7 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs, sandbox, rootless).
+    /// Run only this group (store, fs, sandbox, rootless, server).
     #[arg(long)]
     only: Option<String>,
     /// Run only the workloads whose name contains one of these
@@ -82,6 +83,7 @@ fn main() -> anyhow::Result<()> {
         ("fs", fs::run),
         ("sandbox", sandbox::run),
         ("rootless", rootless::run),
+        ("server", server::run),
     ];
     let mut rows = Vec::new();
     for (name, f) in groups {

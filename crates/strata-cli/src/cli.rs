@@ -153,6 +153,15 @@ pub enum Command {
     /// line says why and what to do).
     #[command(after_help = "Examples:\n  strata probe\n  strata probe --self-check --json")]
     Probe(crate::probe::ProbeArgs),
+    /// Serve this Store over one authenticated HTTP/JSON API (docs/server.md)
+    /// until SIGTERM or SIGINT; prints one ready line.
+    #[command(
+        after_help = "Examples:\n  strata serve\n  strata --json serve --listen tcp:127.0.0.1:7878"
+    )]
+    Serve(crate::serve::ServeArgs),
+    /// Bearer tokens for `strata serve`: create, list, revoke.
+    #[command(subcommand)]
+    Token(crate::serve::TokenCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  strata completions bash > /etc/bash_completion.d/strata\n  strata completions zsh > ~/.zfunc/_strata\n  strata completions fish > ~/.config/fish/completions/strata.fish"

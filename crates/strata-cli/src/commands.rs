@@ -120,6 +120,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::ExecWait(a) => return crate::exec::sub(&ctx, crate::exec::ExecSub::Wait(a)),
         Command::ExecCancel(a) => return crate::exec::sub(&ctx, crate::exec::ExecSub::Cancel(a)),
         Command::Probe(a) => return crate::probe::probe(&ctx, a),
+        Command::Serve(a) => return crate::serve::serve(&ctx, a),
+        Command::Token(c) => return crate::serve::token(&ctx, c),
         Command::Completions { shell } => return crate::cli::completions(shell),
     }
     Ok(ExitCode::SUCCESS)

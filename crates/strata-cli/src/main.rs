@@ -15,6 +15,7 @@ mod progress;
 mod read;
 mod run;
 mod sandbox;
+mod serve;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -8,6 +8,7 @@
 mod batch;
 mod chunker;
 mod diff;
+mod edit;
 mod error;
 mod export;
 mod files;
@@ -25,6 +26,7 @@ mod trees;
 
 pub use chunker::{cut_points, CHUNK_AVG, CHUNK_MAX, CHUNK_MIN};
 pub use diff::{Change, ChangeKind};
+pub use edit::{split_path, EditOp, TreeEdit};
 pub use error::{Result, StoreError};
 pub use export::{ExportOptions, ExportReport};
 pub use id::{Kind, ObjectId};

@@ -1,0 +1,221 @@
+//! The harness of `tests/serve.rs`: a real `strata serve` child and a
+//! minimal HTTP/1.1 client over its Unix socket or loopback TCP port.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::common::{Env, BIN};
+
+/// A running `strata serve`, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    pub fn start(env: &Env, extra: &[&str]) -> Server {
+        let mut c = std::process::Command::new(BIN);
+        c.env_remove("STRATA_STORE")
+            .env_remove("XDG_DATA_HOME")
+            .arg("--store")
+            .arg(&env.store)
+            .arg("--json")
+            .arg("serve")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = c.spawn().expect("spawn strata serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the ready line");
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("ready line is not JSON ({e}): {line:?}"));
+        let addr = v["listening"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no listening in {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    pub fn unix(env: &Env) -> Server {
+        let sock = env.path("s.sock");
+        Server::start(env, &["--listen", &format!("unix:{}", sock.display())])
+    }
+
+    pub fn req(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Resp {
+        let b = body.map(|v| serde_json::to_vec(v).unwrap());
+        self.raw(method, path, token, b.as_deref(), "application/json", &[])
+    }
+
+    pub fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+        ctype: &str,
+        headers: &[(&str, &str)],
+    ) -> Resp {
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n");
+        if let Some(t) = token {
+            req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        for (k, v) in headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if let Some(b) = body {
+            req.push_str(&format!(
+                "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
+                b.len()
+            ));
+        }
+        req.push_str("\r\n");
+        let mut bytes = req.into_bytes();
+        bytes.extend_from_slice(body.unwrap_or(b""));
+        let raw = if let Some(p) = self.addr.strip_prefix("unix:") {
+            exchange(UnixStream::connect(p).expect("connect"), &bytes)
+        } else {
+            let a = self.addr.strip_prefix("tcp:").unwrap();
+            exchange(std::net::TcpStream::connect(a).expect("connect"), &bytes)
+        };
+        parse(&raw)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Send everything, then read the whole answer. A server that answers
+/// from the head alone (401, 413) may close before the body is written:
+/// a failed write is tolerated, the answer is still readable (unix(7)).
+pub fn exchange<S: Read + Write>(mut s: S, bytes: &[u8]) -> Vec<u8> {
+    let _ = s.write_all(bytes);
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    raw
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+    pub fn header(&self, k: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn parse(raw: &[u8]) -> Resp {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(raw)));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut rest = &raw[split + 4..];
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = Vec::new();
+        loop {
+            let nl = rest
+                .windows(2)
+                .position(|w| w == b"\r\n")
+                .expect("chunk size");
+            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
+                .unwrap();
+            rest = &rest[nl + 2..];
+            if size == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..size]);
+            rest = &rest[size + 2..];
+        }
+        out
+    } else {
+        rest.to_vec()
+    };
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+pub fn token(env: &Env, projects: &[&str]) -> (String, String) {
+    let mut args = vec!["token", "create"];
+    for p in projects {
+        args.push("--project");
+        args.push(p);
+    }
+    let v = env.json(&args);
+    (
+        v["token"].as_str().unwrap().to_string(),
+        v["id"].as_str().unwrap().to_string(),
+    )
+}
+
+pub fn head(env: &Env, branch: &str) -> String {
+    env.json(&["log", branch, "-n", "1"])[0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+pub fn log_len(env: &Env, branch: &str) -> usize {
+    env.json(&["log", branch]).as_array().unwrap().len()
+}
+
+pub fn create_project(s: &Server, t: &str, name: &str) -> String {
+    let r = s.req(
+        "POST",
+        "/v1/projects",
+        Some(t),
+        Some(&json!({ "name": name })),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    r.json()["head"].as_str().unwrap().to_string()
+}
+
+pub fn commit(s: &Server, t: &str, branch_path: &str, expected: &str, changes: Value) -> Resp {
+    s.req(
+        "POST",
+        &format!("/v1/projects/{branch_path}/commits"),
+        Some(t),
+        Some(&json!({"expected_head": expected, "message": "via api", "changes": changes})),
+    )
+}

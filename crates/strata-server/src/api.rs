@@ -1,0 +1,236 @@
+//! The wire types of `strata serve` (docs/api/server-openapi.json is
+//! generated from them and the routes). Object ids are 64 hex digits.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// Every error: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable machine-readable code: `unauthorized`, `not_found`,
+    /// `invalid_input`, `invalid_json`, `unknown_field`, `conflict`,
+    /// `already_exists`, `forbidden`, `payload_too_large`,
+    /// `unsupported_media_type`, `range_not_satisfiable`, `busy`,
+    /// `internal`.
+    pub code: String,
+    /// What went wrong and what to do, for a human.
+    pub message: String,
+    /// With `conflict` on a commit: the branch's actual head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actual_head: Option<String>,
+}
+
+/// `GET /v1/healthz`, the one route without a token.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Healthz {
+    /// Always "ok".
+    pub status: String,
+}
+
+/// `GET /v1/projects`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ProjectList {
+    /// The projects this token sees, sorted.
+    pub projects: Vec<String>,
+}
+
+/// `POST /v1/projects`: a project with an empty `main` branch.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateProject {
+    /// `[a-z0-9][a-z0-9._-]{0,62}`, no "..".
+    pub name: String,
+    /// The first (empty) commit's message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// A project and the head of its `main` branch.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Project {
+    pub name: String,
+    pub head: String,
+}
+
+/// One branch.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Branch {
+    pub project: String,
+    pub name: String,
+    /// Commit id of the head.
+    pub head: String,
+}
+
+/// `GET /v1/projects/{project}/branches`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BranchList {
+    pub branches: Vec<Branch>,
+}
+
+/// `POST /v1/projects/{project}/branches`: fork a branch in O(1).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBranch {
+    pub name: String,
+    /// A branch of this project or a commit id (8 to 64 hex digits).
+    pub from: String,
+}
+
+/// A commit.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CommitInfo {
+    pub id: String,
+    pub tree: String,
+    pub parents: Vec<String>,
+    pub message: String,
+    pub time_ns: i64,
+    pub metadata: BTreeMap<String, String>,
+    /// Bytes of all files in the commit, when its writer knew it.
+    pub file_bytes: Option<u64>,
+    /// Entries (files, directories, symlinks...) in the commit, when known.
+    pub entries: Option<u64>,
+}
+
+/// `GET /v1/projects/{project}/log`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LogResponse {
+    /// Newest first, along first parents.
+    pub commits: Vec<CommitInfo>,
+}
+
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct LogQuery {
+    /// A branch of this project or a commit id.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// At most this many commits (default 100, at most 10000).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct DiffQuery {
+    /// The older REF.
+    pub from: String,
+    /// The newer REF.
+    pub to: String,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PathChange {
+    pub path: String,
+    /// `added`, `modified`, `deleted` or `type_changed`.
+    pub kind: String,
+}
+
+/// `GET /v1/projects/{project}/diff`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct DiffResponse {
+    pub changes: Vec<PathChange>,
+}
+
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PathQuery {
+    /// A branch of this project or a commit id.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// Slash-separated path inside the commit (default: the root).
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// One entry of a tree.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Entry {
+    /// The name (bytes that are not UTF-8 are shown as U+FFFD).
+    pub name: String,
+    /// `file`, `dir`, `symlink`, `fifo` or `socket`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Permission bits (`mode & 0o7777`).
+    pub mode: u32,
+    pub size: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime_ns: i64,
+    /// A symlink's target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// `GET /v1/projects/{project}/ls`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LsResponse {
+    /// A directory's entries sorted by name, or the one entry a path names.
+    pub entries: Vec<Entry>,
+}
+
+/// One change of a change set.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Change {
+    /// Create or replace a regular file; give exactly one of `content`
+    /// (UTF-8 text) and `content_base64`. Parent directories are created.
+    Put {
+        path: String,
+        #[serde(default)]
+        content: Option<String>,
+        #[serde(default)]
+        content_base64: Option<String>,
+        /// Permission bits (default 0o644 = 420).
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// Create or replace a symlink (the target is stored verbatim).
+    Symlink { path: String, target: String },
+    /// Create a directory if missing.
+    Mkdir {
+        path: String,
+        /// Permission bits (default 0o755 = 493).
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// Set the permission bits of an existing entry.
+    Chmod { path: String, mode: u32 },
+    /// Remove an existing entry (a directory with everything in it).
+    Delete { path: String },
+}
+
+/// `POST /v1/projects/{project}/branches/{branch}/commits`: one commit,
+/// published only if the branch's head is still `expected_head`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeSet {
+    /// The head the changes are based on (64 hex digits).
+    pub expected_head: String,
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Applied in order; at least one.
+    pub changes: Vec<Change>,
+}
+
+/// The commit a change set made.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CommitResponse {
+    pub project: String,
+    pub branch: String,
+    /// The new head.
+    pub commit: String,
+    pub tree: String,
+    /// The head it replaced (`expected_head`).
+    pub parent: String,
+}
