@@ -422,9 +422,9 @@ impl Exec {
     pub fn status(&self) -> api::ExecStatus {
         let i = self.inner.lock();
         let (state, exit, failure) = match &i.end {
-            None => ("running", None, None),
-            Some(End::Exited(x)) => ("exited", Some(x.clone()), None),
-            Some(End::Failed(f)) => ("failed", None, Some(f.clone())),
+            None => (api::ExecState::Running, None, None),
+            Some(End::Exited(x)) => (api::ExecState::Exited, Some(x.clone()), None),
+            Some(End::Failed(f)) => (api::ExecState::Failed, None, Some(f.clone())),
         };
         let elapsed = i
             .finished_at
@@ -433,7 +433,7 @@ impl Exec {
         api::ExecStatus {
             id: self.id.clone(),
             pid: self.pid,
-            state: state.into(),
+            state,
             exit,
             failure,
             argv: self.argv.clone(),
@@ -476,7 +476,7 @@ impl Exec {
         let me = self.clone();
         tokio::spawn(async move {
             let st = me.wait(Some(grace)).await;
-            if st.state == "running" {
+            if st.state == api::ExecState::Running {
                 tracing::info!(exec = %me.id, "cancel: grace over, SIGKILL");
                 me.signal_group(Signal::KILL);
             }

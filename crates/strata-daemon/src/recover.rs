@@ -167,7 +167,7 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
     std::thread::spawn(move || drop(handle.join()));
     Err(ApiError::new(
         axum::http::StatusCode::CONFLICT,
-        "mount_moved",
+        crate::api::ErrorCode::MountMoved,
         format!(
             "mount path {} changed while it was mounted (the mount landed at {landed:?}): refused and detached",
             at.display()

@@ -313,12 +313,12 @@ async fn ws_commit(
         let branch = ws.branch().to_string();
         Ok(match out {
             CommitOutcome::Committed(c) => CommitResponse {
-                outcome: "committed".into(),
+                outcome: crate::api::Outcome::Committed,
                 commit: c.to_hex(),
                 branch,
             },
             CommitOutcome::UpToDate => CommitResponse {
-                outcome: "up_to_date".into(),
+                outcome: crate::api::Outcome::UpToDate,
                 commit: ws.base().to_hex(),
                 branch,
             },
@@ -347,7 +347,7 @@ async fn ws_unmount(
         if !changes.is_empty() {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
-                "uncommitted",
+                crate::api::ErrorCode::Uncommitted,
                 format!("workspace {id} has {} uncommitted change(s)", changes.len()),
             )
             .hint("commit them first, or unmount with \"discard\": true to drop them"));
@@ -630,13 +630,13 @@ async fn exec_stdin(
         Ok(n) => Ok(Json(StdinWritten { written: n })),
         Err(StdinError::Closed) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "stdin_closed",
+            crate::api::ErrorCode::StdinClosed,
             format!("exec {id} has no open stdin (not requested, closed, or the command ended)"),
         )
         .hint("create the exec with \"stdin\": true and write before closing")),
         Err(StdinError::Io(err)) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            "stdin_closed",
+            crate::api::ErrorCode::StdinClosed,
             format!("writing to the stdin of exec {id}: {err} (the command closed it or ended)"),
         )),
     }
