@@ -12,6 +12,84 @@ pub const API_PREFIX: &str = "/v1";
 /// Content type of the exec output stream (one JSON object per line).
 pub const NDJSON: &str = "application/x-ndjson";
 
+/// A string id on the wire (`#[serde(transparent)]`: the JSON is the bare
+/// string), typed so that a Workspace id is never passed where an exec id
+/// is expected.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The id as sent.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, o: &str) -> bool {
+                self.0 == o
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, o: &&str) -> bool {
+                self.0 == *o
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Workspace id (the name of its scratch directory), unique across
+    /// Sandboxes and host mounts.
+    WorkspaceId
+);
+id_type!(
+    /// An exec id (`x` and 16 hex digits), unique across Sandboxes.
+    ExecId
+);
+
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -37,7 +115,7 @@ pub struct Health {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnrecoveredWorkspace {
     /// The Workspace ID (its scratch directory's name).
-    pub id: String,
+    pub id: WorkspaceId,
     /// Where it was mounted, if its record said.
     pub path: Option<String>,
     /// Why it could not be recovered.
@@ -62,7 +140,7 @@ pub struct MountRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceInfo {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// Where it is mounted (inside the Sandbox).
     pub path: String,
     /// `PROJECT/BRANCH`.
@@ -87,7 +165,7 @@ pub struct ChangeEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusResponse {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// The base commit (hex).
     pub base: String,
     /// Changed paths, sorted.
@@ -154,7 +232,7 @@ pub struct UnmountRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnmountResponse {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// Whether the uncommitted changes were dropped.
     pub discarded: bool,
 }
@@ -179,7 +257,7 @@ pub struct ExecRequest {
     pub cwd: Option<String>,
     /// Workspace ID the command works in (default: the only mounted one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
+    pub workspace: Option<WorkspaceId>,
     /// `UID:GID`, default `1500:1500`; 0 is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -212,7 +290,7 @@ pub struct ExecRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecCreated {
     /// The ID.
-    pub id: String,
+    pub id: ExecId,
     /// pid of the command (also its process group id).
     pub pid: u32,
 }
@@ -286,7 +364,7 @@ impl std::fmt::Display for ExecState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecStatus {
     /// The ID.
-    pub id: String,
+    pub id: ExecId,
     /// pid (= process group) of the command.
     pub pid: u32,
     /// `running`, `exited` (see `exit`) or `failed` (see `failure`).
@@ -300,7 +378,7 @@ pub struct ExecStatus {
     /// argv as requested.
     pub argv: Vec<String>,
     /// The Workspace it runs in.
-    pub workspace: Option<String>,
+    pub workspace: Option<WorkspaceId>,
     /// Milliseconds since the exec started (or its total run time).
     pub elapsed_ms: u64,
 }
@@ -560,6 +638,9 @@ mod tests {
             assert_eq!(serde_json::to_value(o).unwrap(), s);
             assert_eq!(o.to_string(), s);
         }
+        let id: WorkspaceId = "w0123".into();
+        assert_eq!(serde_json::to_value(&id).unwrap(), "w0123");
+        assert_eq!(serde_json::from_str::<ExecId>("\"x9\"").unwrap(), "x9");
         for (e, s) in [
             (ExecState::Running, "running"),
             (ExecState::Exited, "exited"),

@@ -431,13 +431,13 @@ impl Exec {
             .unwrap_or_else(Instant::now)
             .duration_since(self.started);
         api::ExecStatus {
-            id: self.id.clone(),
+            id: self.id.clone().into(),
             pid: self.pid,
             state,
             exit,
             failure,
             argv: self.argv.clone(),
-            workspace: self.workspace.clone(),
+            workspace: self.workspace.clone().map(Into::into),
             elapsed_ms: elapsed.as_millis() as u64,
         }
     }

@@ -292,7 +292,7 @@ pub(crate) fn recover(
                 let error = format!("mount record {name} names workspace {:?}", r.id);
                 tracing::error!(workspace = %stem, %error, "not recovered");
                 failed.push(UnrecoveredWorkspace {
-                    id: stem,
+                    id: stem.into(),
                     path: Some(r.path.display().to_string()),
                     error,
                 });
@@ -302,7 +302,7 @@ pub(crate) fn recover(
                 let error = format!("unreadable mount record {name}: {e}");
                 tracing::error!(workspace = %stem, %error, "not recovered");
                 failed.push(UnrecoveredWorkspace {
-                    id: stem,
+                    id: stem.into(),
                     path: None,
                     error,
                 });
@@ -317,7 +317,7 @@ pub(crate) fn recover(
             Err(error) => {
                 tracing::error!(workspace = %rec.id, path = %rec.path.display(), %error, "not recovered; its scratch is kept");
                 failed.push(UnrecoveredWorkspace {
-                    id: rec.id.clone(),
+                    id: rec.id.clone().into(),
                     path: Some(rec.path.display().to_string()),
                     error,
                 });

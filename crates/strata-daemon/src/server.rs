@@ -192,7 +192,7 @@ async fn blocking<T: Send + 'static>(
 
 fn ws_info(id: &str, e: &WsEntry) -> WorkspaceInfo {
     WorkspaceInfo {
-        id: id.to_string(),
+        id: id.into(),
         path: e.path.display().to_string(),
         branch: e.ws.branch().to_string(),
         base: e.ws.base().to_hex(),
@@ -287,7 +287,7 @@ async fn ws_status(State(st): St, UrlPath(id): UrlPath<String>) -> AppResult<Jso
         let changes = ws.status().map_err(ws_error)?;
         let b64 = base64::engine::general_purpose::STANDARD;
         Ok(Json(StatusResponse {
-            id,
+            id: id.into(),
             base: ws.base().to_hex(),
             changes: changes
                 .into_iter()
@@ -364,7 +364,7 @@ async fn ws_unmount(
     blocking(move || unmount_entry(entry, discard)).await?;
     tracing::info!(workspace = %id, discard, "unmounted");
     Ok(Json(UnmountResponse {
-        id,
+        id: id.into(),
         discarded: discard,
     }))
 }
@@ -459,7 +459,7 @@ async fn exec_create(
     let (ws_id, cwd) = {
         let map = st.workspaces.lock();
         let (id, entry) = match (&req.workspace, &cwd_req) {
-            (Some(id), _) => map.get_key_value(id).ok_or_else(|| {
+            (Some(id), _) => map.get_key_value(id.as_str()).ok_or_else(|| {
                 ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
             })?,
             (None, Some(c)) => map
@@ -531,7 +531,7 @@ async fn exec_create(
     })?;
     tracing::info!(exec = %id, pid = exec.pid, argv = ?req.argv, "exec started");
     let created = ExecCreated {
-        id: id.clone(),
+        id: id.clone().into(),
         pid: exec.pid,
     };
     let mut execs = st.execs.lock();

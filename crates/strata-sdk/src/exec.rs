@@ -84,7 +84,7 @@ impl Output {
 #[derive(Debug, Clone)]
 pub struct ExecBuilder {
     pub(crate) client: DaemonClient,
-    pub(crate) workspace: String,
+    pub(crate) workspace: api::WorkspaceId,
     pub(crate) req: api::ExecRequest,
     pub(crate) env: BTreeMap<String, String>,
 }
@@ -150,7 +150,7 @@ impl ExecBuilder {
     pub async fn output(self) -> Result<Output> {
         let created = self.create().await?;
         let mut out = Output {
-            exec_id: created.id.clone(),
+            exec_id: created.id.to_string(),
             stdout: Vec::new(),
             stderr: Vec::new(),
             status: ExitStatus {
@@ -389,7 +389,7 @@ impl tokio::io::AsyncRead for ExecStream {
 #[derive(Debug)]
 pub struct ExecStdin {
     client: DaemonClient,
-    id: String,
+    id: api::ExecId,
     closed: bool,
 }
 
@@ -444,7 +444,7 @@ impl Drop for ExecStdin {
 #[derive(Debug)]
 pub struct ExecHandle {
     client: DaemonClient,
-    id: String,
+    id: api::ExecId,
     pid: u32,
     /// stdout, in order. Take it with `handle.stdout.take()`.
     pub stdout: Option<ExecStream>,

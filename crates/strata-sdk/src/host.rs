@@ -284,7 +284,7 @@ pub async fn mount(
         }
     };
     let m = HostMount {
-        workspace: info.id.clone(),
+        workspace: info.id.to_string(),
         mountpoint: mp,
         branch: info.branch,
         daemon_dir: ddir,
