@@ -157,27 +157,12 @@ pub fn read_token(path: &Path) -> Result<String, DaemonError> {
     Ok(t.to_ascii_lowercase())
 }
 
-/// A fresh token: 32 random bytes as 64 lowercase hex digits.
-pub fn new_token() -> String {
-    let bytes: [u8; 32] = rand::random();
-    hex::encode(bytes)
-}
+/// A fresh token and private (0600) writes: the ones every backend's
+/// state directory uses (strata-sandbox's `backend::state`), so that a
+/// token the daemon reads is made one way wherever it is made.
+pub use strata_sandbox::backend::state::{new_token, write_private};
 
-/// Write `token` to `path` with mode 0600 (created exclusively).
+/// Write `token` to `path` with mode 0600 ([`write_private`]).
 pub fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
     write_private(path, format!("{token}\n").as_bytes())
-}
-
-/// Write a private (0600) file, created exclusively (an existing file is
-/// an error: nobody can plant one for us).
-pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }

@@ -51,8 +51,9 @@ pub use server::{constant_time_eq, tail_file};
 /// The hidden subcommand the strata binary answers with the daemon.
 pub const DAEMON_ARG: &str = "__strata-daemon";
 
-/// First word of the startup marker line.
-pub const MARKER: &str = "STRATA-DAEMON-READY";
+/// First word of the startup marker line (the backends wait for it: one
+/// constant, strata-sandbox's `backend::marker`).
+pub const MARKER: &str = strata_sandbox::DAEMON_MARKER;
 
 /// `args` = everything after the subcommand: `--config PATH`.
 pub fn main_from_args(args: &[std::ffi::OsString]) -> Result<(), DaemonError> {

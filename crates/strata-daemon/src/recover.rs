@@ -19,9 +19,8 @@
 //! record are left as they are, so nothing is lost and a later start may
 //! try again.
 
-use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -150,7 +149,7 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
         .mount(at, &mount_options(ws.id()))
         .map_err(crate::error::ws_error)?;
     let fsname = mount_options(ws.id()).fsname;
-    let landed = std::fs::read_to_string("/proc/self/mountinfo")
+    let landed = std::fs::read_to_string(strata_sandbox::mounts::MOUNTINFO)
         .map(|t| mount_points_of(&t, &fsname))
         .unwrap_or_default();
     if landed.len() == 1 && landed[0] == at {
@@ -180,14 +179,10 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
 /// (mountinfo(5): field 5 is the mount point, the source follows " - "
 /// and the filesystem type).
 fn mount_points_of(mountinfo: &str, fsname: &str) -> Vec<PathBuf> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let source = right.split(' ').nth(1)?;
-            let point = left.split(' ').nth(4)?;
-            (source == fsname).then(|| strata_sandbox::mounts::unescape_mountinfo(point))
-        })
+    strata_sandbox::mounts::parse_mountinfo(mountinfo)
+        .into_iter()
+        .filter(|m| m.source == fsname)
+        .map(|m| m.mount_point)
         .collect()
 }
 
@@ -222,16 +217,7 @@ pub(crate) fn record_mount(
     };
     let bytes = serde_json::to_vec_pretty(&rec).expect("a mount record serializes");
     let dst = record_path(config, id);
-    let tmp = dst.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()))
-        .map_err(|e| fail("write", &tmp, e))?;
-    std::fs::rename(&tmp, &dst).map_err(|e| fail("rename into place", &dst, e))
+    crate::write_private(&dst, &bytes).map_err(|e| fail("write", &dst, e))
 }
 
 /// Forget Workspace `id`'s mount (it is being unmounted on request): a

@@ -214,19 +214,10 @@ async fn logs(State(st): St, Query(q): Query<LogQuery>) -> AppResult<Response> {
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response())
 }
 
-/// The last `lines` lines of a file (reads at most the last 1 MiB).
+/// The last `lines` lines of a file (reads at most the last 1 MiB), each
+/// ended by a newline: strata-sandbox's one log tail.
 pub fn tail_file(path: &Path, lines: usize) -> std::io::Result<String> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len();
-    let start = len.saturating_sub(1 << 20);
-    f.seek(SeekFrom::Start(start))?;
-    let mut buf = Vec::new();
-    f.read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let all: Vec<&str> = text.lines().collect();
-    let from = all.len().saturating_sub(lines);
-    let mut out = all[from..].join("\n");
+    let mut out = strata_sandbox::backend::state::tail_within(path, lines, 1 << 20)?;
     if !out.is_empty() {
         out.push('\n');
     }

@@ -3,17 +3,20 @@
 //! done the way it is.
 
 use std::fs;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::Method;
 use serde_json::Value;
-use strata_sandbox::backend_files::{
-    invalid, lock_runs, mkdir_private, new_state_dir, now_unix_ms, random_hex, read_record,
-    refuse_mounts_below, remove_tree, state_err, valid_id, valid_name, write_private, write_record,
-    RECORD,
+use strata_sandbox::backend::marker::{marker_socket, NotReady};
+use strata_sandbox::backend::state::{
+    delete_state_dir, invalid, lock_runs, mkdir_private, new_state_dir, now_unix_ms, read_record,
+    state_err, write_new_token, write_record, RECORD,
+};
+use strata_sandbox::backend::validate::{
+    check_name_and_labels, check_store, refuse_token_in_args, valid_id,
 };
 use strata_sandbox::{
     Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
@@ -158,26 +161,9 @@ impl Backend for DockerBackend {
         let mut resolved = req.clone();
         resolved.limits = req.effective_limits()?;
         let req = &resolved;
-        if let Some(n) = &req.name {
-            if !valid_name(n) {
-                return Err(invalid(
-                    format!("name {n:?}"),
-                    "use 1-64 characters of [A-Za-z0-9._-]",
-                ));
-            }
-        }
-        for k in req.labels.keys() {
-            let ok = !k.is_empty()
-                && k.len() <= 128
-                && k.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_./".contains(&b));
-            if !ok {
-                return Err(invalid(
-                    format!("label {k:?}"),
-                    "keys are 1-128 characters of [A-Za-z0-9._/-] (they become Docker labels dev.strata.label.KEY)",
-                ));
-            }
-        }
+        // One rule for names and label keys (every backend's); a key also
+        // becomes the Docker label dev.strata.label.KEY.
+        check_name_and_labels(req)?;
         if req.root != strata_sandbox::RootFs::HostReadOnly {
             return Err(invalid(
                 "root",
@@ -210,34 +196,16 @@ impl Backend for DockerBackend {
                 ));
             }
         }
-        let store = req
-            .store
-            .canonicalize()
-            .map_err(state_err("resolve the Store", &req.store))?;
-        if !store.is_dir() || self.root.starts_with(&store) || store.starts_with(&self.root) {
-            return Err(invalid(
-                format!("Store {}", store.display()),
-                format!(
-                    "must be a directory that neither contains nor lies in the state root {}",
-                    self.root.display()
-                ),
-            ));
-        }
+        let store = check_store(req, &self.root)?;
         let exe = crate::exe::resolve_static_exe(req.daemon_exe.as_deref())
             .map_err(|e| invalid("daemon binary", e.to_string()))?;
         let image_id = self.pin_image(&image)?;
 
         let (id, dir) = new_state_dir(&self.root)?;
         let setup = || -> Result<Record, BackendError> {
-            // Root-only whatever the umask: commands must not traverse it.
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                .map_err(state_err("chmod 0700", &dir))?;
             mkdir_private(&dir.join("store"), false)?;
             mkdir_private(&dir.join("scratch"), false)?;
-            write_private(
-                &dir.join("token"),
-                format!("{}\n", random_hex(32)?).as_bytes(),
-            )?;
+            write_new_token(&dir.join("token"))?;
             let body =
                 container::create_body(req, id.as_str(), &image_id, &self.root, &dir, &store);
             let path = match &req.name {
@@ -347,20 +315,7 @@ impl Backend for DockerBackend {
                 state: Self::state_of(&rec, self.inspect(&rec)?.as_ref()),
             });
         }
-        let tf = dir.join("token");
-        let token = fs::read_to_string(&tf).map_err(state_err("read the token", &tf))?;
-        let token = token.trim();
-        let leaks = daemon
-            .args
-            .iter()
-            .chain(daemon.env.iter().flat_map(|(k, v)| [k, v]))
-            .any(|a| a.contains(token));
-        if leaks {
-            return Err(invalid(
-                "daemon arguments or environment",
-                "contain the bearer token; argv and env are visible in /proc, point the daemon at the token file instead",
-            ));
-        }
+        refuse_token_in_args(&dir.join("token"), daemon)?;
         if daemon.args != container::daemon_args() || !daemon.env.is_empty() {
             return Err(invalid(
                 "daemon arguments",
@@ -547,18 +502,7 @@ impl Backend for DockerBackend {
         if i.is_some() {
             self.remove_container(&rec)?;
         }
-        refuse_mounts_below(id, &dir, "unmount them first")?;
-        // The Store's mount point first and non-recursively: if the Store
-        // were ever there, this fails instead of deleting it.
-        let store_mp = dir.join("store");
-        match fs::remove_dir(&store_mp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(state_err("remove the Store mount point", &store_mp)(e)),
-        }
-        // Commands write into the scratch space below: a tree of any
-        // depth, which remove_dir_all would walk by recursion.
-        remove_tree(&dir).map_err(state_err("remove the state directory", &dir))
+        delete_state_dir(id, &dir, &dir.join("store"), "unmount them first")
     }
 }
 
@@ -617,10 +561,10 @@ impl DockerBackend {
         if let Err(why) = self.verify_started(&rec) {
             return Err(fail(self, &rec, why));
         }
-        let marker = match self.wait_marker(&rec, timeout, skip) {
+        let marker = match self.wait_daemon_marker(&rec, timeout, skip) {
             Ok(m) => m,
-            Err(Ok(why)) => return Err(fail(self, &rec, why)),
-            Err(Err(())) => {
+            Err(NotReady::Failed(why)) => return Err(fail(self, &rec, why)),
+            Err(NotReady::Timeout) => {
                 let e = fail(self, &rec, String::new());
                 let BackendError::Step { log_tail, .. } = e else {
                     unreachable!("fail returns Step")
@@ -634,10 +578,7 @@ impl DockerBackend {
         };
         // B6: the daemon's socket, named as it sees it, must be in the
         // bind-mounted directory (so the host reaches it) and 0600.
-        let socket = marker
-            .split_whitespace()
-            .find_map(|f| f.strip_prefix("socket="))
-            .and_then(|s| to_host(dir, Path::new(s)));
+        let socket = marker_socket(&marker).and_then(|s| to_host(dir, &s));
         let socket = match socket {
             Some(s) => s,
             None => {

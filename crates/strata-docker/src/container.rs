@@ -174,8 +174,14 @@ pub fn create_body(
             "PidsLimit": limits.pids.map(|p| p as i64),
             "NanoCpus": limits.cpu_millis.map(|c| c * 1_000_000).unwrap_or(0),
             // The daemon (and Docker's init) is never the OOM killer's
-            // choice; the exec helper raises each command to +500.
-            "OomScoreAdj": strata_sandbox::exec::DAEMON_OOM_SCORE_ADJ,
+            // choice; the exec helper raises each command to +500. Only
+            // where the host may lower a score: without CAP_SYS_RESOURCE
+            // runc fails the start, so the container keeps the default 0.
+            "OomScoreAdj": if strata_sandbox::exec::can_lower_oom_score() {
+                strata_sandbox::exec::DAEMON_OOM_SCORE_ADJ
+            } else {
+                0
+            },
             "RestartPolicy": {"Name": "no"},
             "AutoRemove": false,
             // The daemon's stdout/stderr (marker, early errors) are few

@@ -4,12 +4,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper::Method;
 use serde_json::Value;
-use strata_sandbox::backend_files::{invalid, tail};
-use strata_sandbox::{BackendError, DAEMON_MARKER};
+use strata_sandbox::backend::marker::{wait_marker, Look, NotReady};
+use strata_sandbox::backend::state::{invalid, tail};
+use strata_sandbox::BackendError;
 
 use crate::backend::{step, DockerBackend, MARKER_POLL};
 use crate::container::{self, Expected};
@@ -171,81 +172,45 @@ impl DockerBackend {
     }
 
     /// Wait for the first stdout line of the container (B5) after the
-    /// `skip` bytes of earlier runs, polling its log; the container's exit
-    /// ends the wait at once.
-    pub(crate) fn wait_marker(
+    /// `skip` bytes of earlier runs, polling its log ([`wait_marker`]);
+    /// the container's exit ends the wait at once.
+    pub(crate) fn wait_daemon_marker(
         &self,
         rec: &Record,
         timeout: Duration,
         skip: usize,
-    ) -> Result<String, Result<String, ()>> {
-        let start = Instant::now();
+    ) -> Result<String, NotReady> {
         let logs = format!("/containers/{}/logs?stdout=1&stderr=0", rec.container);
-        loop {
-            let exited = match self.inspect(rec) {
+        wait_marker(timeout, MARKER_POLL, || {
+            // The container's state first, then its log (see `Look::ended`).
+            let ended = match self.inspect(rec) {
                 Ok(Some(i)) => match i["State"]["Status"].as_str() {
                     Some("running") => None,
                     other => Some(format!(
-                        "{} (exit code {})",
+                        "the container ended: {} (exit code {})",
                         other.unwrap_or("unknown"),
                         i["State"]["ExitCode"]
                     )),
                 },
                 Ok(None) => {
-                    return Err(Ok(format!(
+                    return Err(format!(
                         "container {} was removed outside strata while starting",
                         rec.container
-                    )))
+                    ))
                 }
-                Err(e) => return Err(Ok(e.to_string())),
+                Err(e) => return Err(e.to_string()),
             };
-            let out = match self.engine.call(Method::GET, &logs, None) {
+            let stdout = match self.engine.call(Method::GET, &logs, None) {
                 Ok(r) if r.status.is_success() => {
                     let mut out = demux_logs(&r.body).0;
                     out.drain(..skip.min(out.len()));
                     out
                 }
-                Ok(r) => {
-                    return Err(Ok(format!(
-                        "container log: HTTP {}: {}",
-                        r.status,
-                        r.message()
-                    )))
-                }
-                Err(e) => return Err(Ok(e.to_string())),
+                Ok(r) => return Err(format!("container log: HTTP {}: {}", r.status, r.message())),
+                Err(e) => return Err(e.to_string()),
             };
-            if let Some(nl) = out.iter().position(|&b| b == b'\n') {
-                let line = String::from_utf8_lossy(&out[..nl]).trim().to_string();
-                if !line
-                    .strip_prefix(DAEMON_MARKER)
-                    .is_some_and(|r| r.starts_with(' '))
-                {
-                    return Err(Ok(format!(
-                        "the daemon's first line on stdout is not its startup marker: {line:?}"
-                    )));
-                }
-                if let Some(how) = exited {
-                    return Err(Ok(format!(
-                        "the daemon printed its marker but the container ended: {how}"
-                    )));
-                }
-                return Ok(line);
-            }
-            if out.len() > 4096 {
-                return Err(Ok(
-                    "the daemon wrote 4 KiB to stdout without a marker line".into()
-                ));
-            }
-            if let Some(how) = exited {
-                return Err(Ok(format!(
-                    "the daemon exited before its startup marker: container {how}"
-                )));
-            }
-            if start.elapsed() >= timeout {
-                return Err(Err(()));
-            }
-            std::thread::sleep(MARKER_POLL);
-        }
+            Ok(Look { stdout, ended })
+        })
     }
 
     /// B4: the container as the Engine made it, and its init as the kernel

@@ -1,14 +1,13 @@
 //! The docker backend against a real Docker Engine: the shared Backend
-//! contract suite (`crates/strata-sandbox/tests/contract/mod.rs`, included
-//! below: one source for every backend) with the static fake daemon in a
+//! contract suite (strata-testkit's `contract`: one source for every
+//! backend) with the static fake daemon in a
 //! busybox image, then what only the docker backend has (pinning, labels,
 //! inspect-after-start verification, the Engine's failure modes).
 //! Needs root, docker.io, busybox-static and the static binaries (see
-//! tests/common); without them every test FAILS with the reason.
+//! strata-testkit's `docker`); without them every test FAILS with the reason.
 
-mod common;
-#[path = "../../strata-sandbox/tests/contract/mod.rs"]
-mod contract;
+use strata_testkit::contract;
+use strata_testkit::docker as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -286,6 +285,16 @@ fn the_token_never_goes_into_argv_or_env() {
 fn bad_requests_are_refused_before_anything_is_created() {
     let env = env();
     contract::bad_requests_refused(&env);
+    assert!(
+        env.containers().is_empty(),
+        "a refused request left a container"
+    );
+}
+
+#[test]
+fn both_backends_refuse_the_same_names_and_labels() {
+    let env = env();
+    contract::bad_names_and_labels_refused(&env);
     assert!(
         env.containers().is_empty(),
         "a refused request left a container"

@@ -23,6 +23,17 @@
 //! daemon's config with those paths and hands it over as opaque bytes with
 //! the daemon's arguments ([`DaemonInstall`]), then starts it. [`launch`]
 //! does the three steps and deletes the Sandbox if one fails.
+//!
+//! What every backend shares beyond the types lives here too, so that a
+//! backend is only what differs: [`validate`] (one rule for IDs, names,
+//! labels, the Store's place, the token never in argv), [`state`] (the
+//! private state directory: creation, record, lock, delete that never
+//! crosses a mount; private writes, tokens, log tails) and [`marker`]
+//! (the startup marker and the wait for it).
+
+pub mod marker;
+pub mod state;
+pub mod validate;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -36,9 +47,7 @@ use crate::exec::Identity;
 use crate::mounts::{BindMount, RootFs};
 use crate::net::Network;
 
-/// First word of the daemon's one-line startup marker on stdout:
-/// `STRATA-DAEMON-READY socket=<path> pid=<pid>` (B5).
-pub const DAEMON_MARKER: &str = "STRATA-DAEMON-READY";
+pub use marker::DAEMON_MARKER;
 
 /// One full unique Sandbox ID (never a prefix, never a name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -71,6 +80,8 @@ pub struct CreateRequest {
     /// Unique among existing Sandboxes; an existing name is refused, never
     /// adopted. 1-64 characters of `[A-Za-z0-9._-]` (it is the hostname).
     pub name: Option<String>,
+    /// Keys are 1-128 characters of `[A-Za-z0-9._/-]`
+    /// ([`validate::valid_label_key`], every backend's rule); values are free.
     pub labels: BTreeMap<String, String>,
     /// Pinned image/rootfs or the host root (native).
     pub root: RootFs,

@@ -169,24 +169,16 @@ pub fn detect() -> Result<Hierarchy, CgroupError> {
 /// v1 mounts from mountinfo(5): "... mountpoint ... - cgroup cgroup rw,memory".
 fn parse_v1_mounts(mountinfo: &str) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mut r = right.split_whitespace();
-        if r.next() != Some("cgroup") {
+    for m in crate::mounts::parse_mountinfo(mountinfo) {
+        if m.fstype != "cgroup" {
             continue;
         }
-        let Some(mountpoint) = left.split_whitespace().nth(4) else {
-            continue;
-        };
-        let super_opts = r.nth(1).unwrap_or("");
-        for opt in super_opts.split(',') {
+        for opt in m.super_options.split(',') {
             if matches!(
                 opt,
                 "memory" | "pids" | "cpu" | "cpuacct" | "cpuset" | "freezer"
             ) {
-                out.push((opt.to_string(), PathBuf::from(mountpoint)));
+                out.push((opt.to_string(), m.mount_point.clone()));
             }
         }
     }

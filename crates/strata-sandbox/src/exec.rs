@@ -122,6 +122,24 @@ pub const COMMAND_OOM_SCORE_ADJ: i32 = 500;
 /// Inherited over fork and execve, hence reset for every command.
 pub const DAEMON_OOM_SCORE_ADJ: i32 = -1000;
 
+/// Whether this process may lower an `oom_score_adj` (proc(5): that needs
+/// CAP_SYS_RESOURCE, bit 24 of CapEff). Root on some hosts lacks it (a
+/// Firecracker guest's root here does): then the Sandbox's processes keep
+/// the score they inherit, and the docker backend must not ask the Engine
+/// for -1000 either, or runc fails every container start ("can't get
+/// final child's PID from pipe").
+pub fn can_lower_oom_score() -> bool {
+    const CAP_SYS_RESOURCE: u32 = 24;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE) != 0)
+}
+
 /// Write `value` to /proc/self/oom_score_adj. Lowering it needs
 /// CAP_SYS_RESOURCE (proc(5)): call as root, before any drop.
 pub fn set_oom_score_adj(value: i32) -> io::Result<()> {
@@ -367,10 +385,9 @@ pub const DEV_FUSE: &str = "/dev/fuse";
 
 /// How many mounts sit on `path` in this mount namespace (mountinfo(5), field 5).
 fn mounts_on(path: &str) -> io::Result<usize> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(text
-        .lines()
-        .filter(|l| l.split(' ').nth(4) == Some(path))
+    Ok(crate::mounts::read_mountinfo()?
+        .iter()
+        .filter(|m| m.mount_point.as_os_str() == path)
         .count())
 }
 

@@ -10,8 +10,10 @@
 //!   loopback-only network); also `strata run --isolate`'s.
 //! * [`cgroup`], [`rlimit`]: limits.
 //! * [`selfcheck`]: does the privilege split hold here (for `strata probe`)?
-//! * [`backend`]: the Backend trait (contract B1–B10); [`native`]: the
-//!   native backend ([`NativeBackend`]) that implements it.
+//! * [`backend`]: the Backend trait (contract B1–B10) and what every
+//!   backend shares (request checks, the state directory, the startup
+//!   marker); [`native`]: the native backend ([`NativeBackend`]) that
+//!   implements it on this crate's namespaces.
 //!
 //! Any binary that uses [`SandboxCommand`] or [`exec_helper_command`] must
 //! call [`maybe_run_internal`] first thing in `main`.
@@ -69,19 +71,6 @@ mod rmtree;
 pub mod seccomp;
 pub mod selfcheck;
 pub mod spec;
-
-/// File and ID helpers shared by the backends' state directories (the
-/// native backend's, and strata-docker's): private 0700/0600 files,
-/// random IDs and tokens, bounded log tails, host mounts below a path,
-/// and removing a state directory at any depth ([`remove_tree`]).
-pub mod backend_files {
-    pub use crate::native_state::{
-        invalid, lock_runs, mkdir_private, mounts_below, new_state_dir, now_unix_ms, random_hex,
-        read_record, refuse_mounts_below, state_err, tail, valid_id, valid_name, write_private,
-        write_record, RECORD,
-    };
-    pub use crate::rmtree::remove_tree;
-}
 
 pub use backend::{
     launch, Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths,

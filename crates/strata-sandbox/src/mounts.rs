@@ -345,6 +345,49 @@ pub fn unescape_mountinfo(field: &str) -> PathBuf {
     PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
+/// This process's mount table, mountinfo(5).
+pub const MOUNTINFO: &str = "/proc/self/mountinfo";
+
+/// One line of mountinfo(5), the fields strata reads, unescaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountInfo {
+    /// Field 5: where it is mounted.
+    pub mount_point: PathBuf,
+    /// The first field after " - ", e.g. `fuse.strata`, `cgroup`.
+    pub fstype: String,
+    /// The mount source, e.g. a Workspace's `fsname`.
+    pub source: String,
+    /// The per-superblock options, e.g. `rw,memory` for a cgroup v1 mount.
+    pub super_options: String,
+}
+
+/// The one mountinfo(5) parser: every line that has its fields (the
+/// optional fields before " - " vary in number, so the filesystem type,
+/// source and superblock options are counted from the separator). Paths
+/// and the source are unescaped ([`unescape_mountinfo`]).
+pub fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
+    text.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let point = left.split(' ').nth(4)?;
+            let mut r = right.split(' ');
+            let fstype = r.next()?.to_string();
+            let source = unescape_mountinfo(r.next()?);
+            Some(MountInfo {
+                mount_point: unescape_mountinfo(point),
+                fstype,
+                source: source.to_string_lossy().into_owned(),
+                super_options: r.next().unwrap_or("").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// [`parse_mountinfo`] of [`MOUNTINFO`].
+pub fn read_mountinfo() -> io::Result<Vec<MountInfo>> {
+    Ok(parse_mountinfo(&fs::read_to_string(MOUNTINFO)?))
+}
+
 /// Detach every FUSE mount in the copy of the host's system directories.
 ///
 /// A recursive bind copies *all* host mounts below its source, FUSE ones
@@ -357,20 +400,16 @@ pub fn unescape_mountinfo(field: &str) -> PathBuf {
 /// A FUSE mount that the host itself has covered with another mount cannot
 /// be reached by path and stays (unreachable for commands too).
 fn detach_fuse_mounts(new_root: &Path) -> Result<(), MountError> {
-    let text = step(
-        "read /proc/self/mountinfo",
-        "/proc/self/mountinfo",
-        fs::read_to_string("/proc/self/mountinfo"),
-    )?;
-    let mut fuse: Vec<PathBuf> = text
-        .lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            let is_fuse = fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.");
-            let mp = unescape_mountinfo(left.split(' ').nth(4)?);
-            (is_fuse && mp.starts_with(new_root) && mp != new_root).then_some(mp)
+    let table = step("read /proc/self/mountinfo", MOUNTINFO, read_mountinfo())?;
+    let mut fuse: Vec<PathBuf> = table
+        .into_iter()
+        .filter(|m| {
+            let t = m.fstype.as_str();
+            (t == "fuse" || t == "fuseblk" || t.starts_with("fuse."))
+                && m.mount_point.starts_with(new_root)
+                && m.mount_point != new_root
         })
+        .map(|m| m.mount_point)
         .collect();
     fuse.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
     for mp in fuse {
@@ -687,5 +726,24 @@ mod tests {
             PathBuf::from("/trailing\\04")
         );
         assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
+    }
+
+    #[test]
+    fn mountinfo_lines() {
+        let mi = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 shared:2 - fuse.strata strata:w\\0401 rw,user_id=0\n\
+                  37 25 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+                  broken line\n";
+        let m = parse_mountinfo(mi);
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert_eq!(m[0].mount_point, PathBuf::from("/mnt/a b"));
+        assert_eq!(m[0].fstype, "fuse.strata");
+        assert_eq!(m[0].source, "strata:w 1");
+        assert_eq!(m[0].super_options, "rw,user_id=0");
+        assert_eq!(
+            m[1].mount_point,
+            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")
+        );
+        assert_eq!(m[1].super_options, "rw,cpu,cpuacct");
+        assert!(!read_mountinfo().unwrap().is_empty());
     }
 }

@@ -44,19 +44,21 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::backend::marker::{marker_socket, wait_marker, Look, NotReady};
+use crate::backend::state::{
+    delete_state_dir, invalid, lock_exclusive, lock_runs, mkdir_private, new_state_dir,
+    now_unix_ms, read_record, state_err, tail, write_new_token, write_private, write_record,
+    RECORD,
+};
+use crate::backend::validate::{refuse_token_in_args, valid_id};
 use crate::backend::{
     Backend, BackendError, BackendKind, CreateRequest, DaemonInstall, Endpoint, Filter, SandboxId,
-    SandboxInfo, Started, State, DAEMON_MARKER,
+    SandboxInfo, Started, State,
 };
 use crate::cgroup::Cgroup;
 use crate::mounts::BindMount;
-use crate::native_state::{
-    check_request, invalid, lock_exclusive, lock_runs, mkdir_private, new_state_dir, now_unix_ms,
-    paths, random_hex, read_record, refuse_mounts_below, state_err, tail, valid_id, write_private,
-    write_record, ProcId, Record, RECORD,
-};
+use crate::native_state::{check_request, paths, ProcId, Record};
 use crate::ns::{SandboxChild, SandboxCommand, SandboxConfig};
-use crate::rmtree::remove_tree;
 
 /// Lines of log carried by a start failure.
 const FAILURE_TAIL_LINES: usize = 40;
@@ -246,68 +248,28 @@ fn wait_gone(m: ProcId, within: Duration) -> bool {
     }
 }
 
-/// Why the daemon did not become ready.
-enum NotReady {
-    Timeout,
-    Failed(String),
-}
+/// How often start polls `daemon.out` for the marker. Short:
+/// create-to-ready is meant to take well under 100 ms.
+const MARKER_POLL: Duration = Duration::from_millis(1);
 
-/// Poll `out` for the marker line until `timeout`, or until the monitor ends.
-fn wait_marker(
+/// The marker wait ([`wait_marker`]) on `out`, ended early by the monitor's end.
+fn wait_daemon_marker(
     child: &mut SandboxChild,
     out: &Path,
     timeout: Duration,
 ) -> Result<String, NotReady> {
-    let start = Instant::now();
-    loop {
-        // Read first, then check the monitor: a daemon that printed its
-        // marker and exited at once must not pass as ready.
-        let exited = match child.child_mut().try_wait() {
-            Ok(s) => s,
-            Err(e) => return Err(NotReady::Failed(format!("waiting for the monitor: {e}"))),
-        };
-        let bytes = fs::read(out).unwrap_or_default();
-        if let Some(nl) = bytes.iter().position(|&b| b == b'\n') {
-            let line = String::from_utf8_lossy(&bytes[..nl]).trim().to_string();
-            let ok = line
-                .strip_prefix(DAEMON_MARKER)
-                .is_some_and(|r| r.starts_with(' '));
-            if !ok {
-                return Err(NotReady::Failed(format!(
-                    "the daemon's first line on stdout is not its startup marker: {line:?}"
-                )));
-            }
-            if let Some(status) = exited {
-                return Err(NotReady::Failed(format!(
-                    "the daemon printed its marker but the Sandbox ended ({status})"
-                )));
-            }
-            return Ok(line);
-        }
-        if bytes.len() > 4096 {
-            return Err(NotReady::Failed(
-                "the daemon wrote 4 KiB to stdout without a marker line".into(),
-            ));
-        }
-        if let Some(status) = exited {
-            return Err(NotReady::Failed(format!(
-                "the daemon exited before its startup marker (monitor: {status})"
-            )));
-        }
-        if start.elapsed() >= timeout {
-            return Err(NotReady::Timeout);
-        }
-        // Short: create-to-ready is meant to take well under 100 ms.
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// The `socket=` field of a marker.
-fn marker_socket(marker: &str) -> Option<PathBuf> {
-    marker
-        .split_whitespace()
-        .find_map(|f| f.strip_prefix("socket="))
-        .map(PathBuf::from)
+    wait_marker(timeout, MARKER_POLL, || {
+        // The monitor first, then stdout (see `Look::ended`).
+        let ended = child
+            .child_mut()
+            .try_wait()
+            .map_err(|e| format!("waiting for the monitor: {e}"))?
+            .map(|status| format!("the Sandbox ended (monitor: {status})"));
+        Ok(Look {
+            stdout: fs::read(out).unwrap_or_default(),
+            ended,
+        })
+    })
 }
 
 impl Backend for NativeBackend {
@@ -333,9 +295,6 @@ impl Backend for NativeBackend {
         }
         let (id, dir) = new_state_dir(&self.root)?;
         let setup = || -> Result<Record, BackendError> {
-            // Root-only whatever the umask: commands must not traverse it.
-            fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
-                .map_err(state_err("chmod 0700", &dir))?;
             let exe_inside = if copy_exe {
                 mkdir_private(&dir.join("bin"), false)?;
                 dir.join("bin/strata")
@@ -345,10 +304,7 @@ impl Backend for NativeBackend {
             let daemon = paths(&dir, &exe_inside);
             mkdir_private(&daemon.store, false)?;
             mkdir_private(&daemon.scratch_dir, false)?;
-            write_private(
-                &daemon.token_file,
-                format!("{}\n", random_hex(32)?).as_bytes(),
-            )?;
+            write_new_token(&daemon.token_file)?;
             let mut config = req.clone();
             config.store = store.clone();
             // Recorded as applied: `sandbox inspect` shows the defaults.
@@ -390,21 +346,9 @@ impl Backend for NativeBackend {
                 state: Self::state_of(&dir, &rec),
             });
         }
-        let tf = &rec.daemon.token_file;
-        let token = fs::read_to_string(tf).map_err(state_err("read the token", tf))?;
-        let token = token.trim();
-        let leaks = daemon
-            .args
-            .iter()
-            .chain(daemon.env.iter().flat_map(|(k, v)| [k, v]))
-            .any(|a| a.contains(token));
-        if leaks {
-            return Err(invalid(
-                "daemon arguments or environment",
-                "contain the bearer token; argv and env are visible in /proc, point the daemon at the token file instead",
-            ));
-        }
-        write_private(&rec.daemon.config, &daemon.config)?;
+        refuse_token_in_args(&rec.daemon.token_file, daemon)?;
+        write_private(&rec.daemon.config, &daemon.config)
+            .map_err(state_err("write the daemon's config", &rec.daemon.config))?;
         if rec.copy_exe {
             // A copy through a temporary name: a running binary is never
             // overwritten in place (ETXTBSY) and a reader never sees half.
@@ -553,21 +497,12 @@ impl Backend for NativeBackend {
             });
         }
         Self::cleanup_cgroup(&rec)?;
-        refuse_mounts_below(
+        delete_state_dir(
             id,
             &dir,
+            &rec.daemon.store,
             "the native backend makes none, unmount them first",
-        )?;
-        // The Store's mount point first and non-recursively: if a Store
-        // were ever there, this fails instead of deleting it.
-        match fs::remove_dir(&rec.daemon.store) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(state_err("remove the Store mount point", &rec.daemon.store)(e)),
-        }
-        // Commands write into the scratch space below: a tree of any
-        // depth, which remove_dir_all would walk by recursion.
-        remove_tree(&dir).map_err(state_err("remove the state directory", &dir))
+        )
     }
 }
 
@@ -682,7 +617,7 @@ impl NativeBackend {
             return Err(e);
         }
 
-        let ready = wait_marker(&mut child, &out_path, timeout).and_then(|marker| {
+        let ready = wait_daemon_marker(&mut child, &out_path, timeout).and_then(|marker| {
             let socket = marker_socket(&marker)
                 .ok_or_else(|| NotReady::Failed(format!("marker without socket=: {marker:?}")))?;
             // Reachable from the host only if it is in the state directory
@@ -753,16 +688,6 @@ impl NativeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn marker_fields() {
-        let m = format!("{DAEMON_MARKER} socket=/var/lib/x/daemon.sock pid=2");
-        assert_eq!(
-            marker_socket(&m),
-            Some(PathBuf::from("/var/lib/x/daemon.sock"))
-        );
-        assert_eq!(marker_socket(DAEMON_MARKER), None);
-    }
 
     #[test]
     fn state_root_under_tmp_is_refused() {

@@ -1,7 +1,8 @@
-//! The native backend's on-disk state: one private directory per Sandbox
-//! under the state root, its record, the checks of a create request, and
-//! the small file helpers the backend needs (private writes, random IDs
-//! and tokens, log tails, process liveness). Layout of `<root>/<id>/` (root-only, 0700), the same names
+//! The native backend's on-disk state: its record, the checks of a create
+//! request only the native backend makes (rootfs, daemon binary, exposed
+//! paths), and process liveness. What every backend's state directory
+//! shares (creation, record I/O, lock, delete) is [`crate::backend::state`];
+//! the shared request checks are [`crate::backend::validate`]. Layout of `<root>/<id>/` (root-only, 0700), the same names
 //! the SDK's stop-gap launcher `native_min` used:
 //!
 //! | file | what |
@@ -20,20 +21,18 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backend::state::{invalid, state_err};
+use crate::backend::validate::{check_name_and_labels, check_store};
 use crate::backend::{
     BackendError, BackendKind, CreateRequest, DaemonInstall, DaemonPaths, Expose, SandboxId,
 };
 use crate::cgroup::Cgroup;
 use crate::mounts::RootFs;
-
-/// The file name of a backend's record in a Sandbox's state directory.
-pub const RECORD: &str = "sandbox.json";
 
 /// A process identified by pid *and* start time, so that a recycled pid
 /// is never mistaken for (or signalled as) the Sandbox's monitor.
@@ -108,202 +107,6 @@ pub(crate) fn paths(dir: &Path, exe: &Path) -> DaemonPaths {
     }
 }
 
-pub fn invalid(what: impl Into<String>, message: impl Into<String>) -> BackendError {
-    BackendError::Invalid {
-        what: what.into(),
-        message: message.into(),
-    }
-}
-
-pub fn state_err<'a>(
-    action: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(io::Error) -> BackendError + 'a {
-    move |source| BackendError::State {
-        action,
-        path: path.into(),
-        source,
-    }
-}
-
-/// mkdir with mode 0700 (root-only: commands, uid 1500, cannot traverse).
-pub fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendError> {
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(recursive)
-        .create(p)
-        .map_err(state_err("create directory", p))?;
-    // The umask may have taken bits away, never added; set it exactly.
-    fs::set_permissions(p, fs::Permissions::from_mode(0o700)).map_err(state_err("chmod 0700", p))
-}
-
-/// Write `bytes` to `path` with mode 0600, through a temporary name and a
-/// rename, so a reader sees the old or the new file, never half of one.
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), BackendError> {
-    let tmp = path.with_extension("tmp");
-    let _ = fs::remove_file(&tmp);
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(state_err("create", &tmp))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(state_err("write", &tmp))?;
-    fs::rename(&tmp, path).map_err(state_err("rename into place", path))
-}
-
-/// A backend's record (`sandbox.json`, 0600) in a Sandbox's state
-/// directory; each backend has its own record type.
-pub fn read_record<R: serde::de::DeserializeOwned>(dir: &Path) -> Result<R, BackendError> {
-    let p = dir.join(RECORD);
-    let text = fs::read(&p).map_err(state_err("read the record", &p))?;
-    serde_json::from_slice(&text).map_err(|e| BackendError::State {
-        action: "parse the record",
-        path: p,
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })
-}
-
-/// Writes a backend's record atomically and privately (see [`read_record`]).
-pub fn write_record<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendError> {
-    let bytes = serde_json::to_vec_pretty(rec).map_err(|e| BackendError::State {
-        action: "encode the record",
-        path: dir.join(RECORD),
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })?;
-    write_private(&dir.join(RECORD), &bytes)
-}
-
-/// Exclusive lock (`flock`) of one Sandbox's daemon runs (`<dir>/run.lock`), held by start and
-/// restart from their state check to the recorded outcome, so that two
-/// processes never start two daemons on one state directory. Released
-/// when the file is dropped (or the holder dies); the monitor does not
-/// inherit it (opened close-on-exec).
-pub fn lock_runs(dir: &Path) -> Result<fs::File, BackendError> {
-    lock_exclusive(&dir.join("run.lock"))
-}
-
-/// Open (creating it 0600) and flock `p` exclusively; released when the
-/// returned file is dropped or its holder dies.
-pub fn lock_exclusive(p: &Path) -> Result<fs::File, BackendError> {
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .open(p)
-        .map_err(state_err("open the lock", p))?;
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::LockExclusive)
-        .map_err(|e| state_err("lock", p)(e.into()))?;
-    Ok(f)
-}
-
-/// A new Sandbox ID and its state directory under `root`. `create` (not
-/// recursive) fails on an existing directory, so an ID is never reused,
-/// even on a collision.
-pub fn new_state_dir(root: &Path) -> Result<(SandboxId, PathBuf), BackendError> {
-    for _ in 0..8 {
-        let id = format!("sb-{}", random_hex(12)?);
-        let dir = root.join(&id);
-        match fs::DirBuilder::new().create(&dir) {
-            Ok(()) => return Ok((SandboxId(id), dir)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(state_err("create the state directory", &dir)(e)),
-        }
-    }
-    Err(invalid("sandbox ID", "8 random IDs in a row were taken"))
-}
-
-/// `n` random bytes from the kernel's CSPRNG, hex-encoded.
-pub fn random_hex(n: usize) -> Result<String, BackendError> {
-    let path = Path::new("/dev/urandom");
-    let mut buf = vec![0u8; n];
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(state_err("read random bytes from", path))?;
-    Ok(hex::encode(buf))
-}
-
-/// `sb-` and 24 hex digits (96 random bits), the SDK's format.
-pub fn valid_id(id: &str) -> bool {
-    id.len() == 27
-        && id.starts_with("sb-")
-        && id[3..]
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-pub fn valid_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && n.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-}
-
-/// The last `lines` lines of a file, reading at most its last 64 KiB so
-/// that a huge log never costs more than that (B5: bounded).
-pub fn tail(path: &Path, lines: usize) -> io::Result<String> {
-    const MAX: u64 = 64 * 1024;
-    let mut f = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(String::new()),
-        Err(e) => return Err(e),
-    };
-    let len = f.metadata()?.len();
-    let start = len.saturating_sub(MAX);
-    f.seek(SeekFrom::Start(start))?;
-    let mut buf = Vec::new();
-    f.take(MAX).read_to_end(&mut buf)?;
-    let text = String::from_utf8_lossy(&buf);
-    let all: Vec<&str> = text.lines().collect();
-    // A cut first line is partial: drop it when we did not start at 0.
-    let skip = usize::from(start > 0 && all.len() > 1);
-    let from = all.len().saturating_sub(lines).max(skip);
-    Ok(all[from..].join("\n"))
-}
-
-/// Mount points below `dir` in this (host) mount namespace. The native
-/// backend makes none (its binds live in the Sandbox's namespace only); a
-/// non-empty answer means something else did, and removing the directory
-/// recursively could then delete through a mount, e.g. into the Store.
-pub fn mounts_below(dir: &Path) -> Result<Vec<PathBuf>, BackendError> {
-    let p = Path::new("/proc/self/mountinfo");
-    let text = fs::read_to_string(p).map_err(state_err("read", p))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(crate::mounts::unescape_mountinfo)
-        .filter(|m| m.starts_with(dir))
-        .collect())
-}
-
-/// Refuse to delete `dir` (Sandbox `id`'s state directory) while anything is
-/// mounted below it ([`mounts_below`]); `hint` ends the message.
-pub fn refuse_mounts_below(id: &SandboxId, dir: &Path, hint: &str) -> Result<(), BackendError> {
-    let mounts = mounts_below(dir)?;
-    if mounts.is_empty() {
-        return Ok(());
-    }
-    Err(BackendError::Step {
-        id: id.clone(),
-        step: "delete",
-        message: format!(
-            "refusing to remove {}: host mounts below it ({mounts:?}); {hint}",
-            dir.display()
-        ),
-        log_tail: String::new(),
-    })
-}
-
-pub fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// What [`check_request`] resolved.
 pub(crate) struct Checked {
     pub store: PathBuf,
@@ -323,22 +126,7 @@ pub(crate) fn check_request(root: &Path, req: &CreateRequest) -> Result<Checked,
             "needs root (namespaces, mounts, cgroups, FUSE mounts as root); use rootless `strata run` for one command",
         ));
     }
-    if let Some(n) = &req.name {
-        if !valid_name(n) {
-            return Err(invalid(
-                format!("name {n:?}"),
-                "use 1-64 characters of [A-Za-z0-9._-]",
-            ));
-        }
-    }
-    for k in req.labels.keys() {
-        if k.is_empty() || k.len() > 128 || k.chars().any(|c| c.is_control() || c == '=') {
-            return Err(invalid(
-                format!("label {k:?}"),
-                "keys are 1-128 characters, no '=' or control characters",
-            ));
-        }
-    }
+    check_name_and_labels(req)?;
     if req.image.is_some() {
         return Err(invalid("image", "the native backend runs the host root or a rootfs directory; images are for the docker and microVM backends"));
     }
@@ -358,22 +146,7 @@ pub(crate) fn check_request(root: &Path, req: &CreateRequest) -> Result<Checked,
             ));
         }
     }
-    let store = req
-        .store
-        .canonicalize()
-        .map_err(state_err("resolve the Store", &req.store))?;
-    // The Store's host path is masked in the Sandbox: it must not hide
-    // the state directory or the daemon, and the state directory must
-    // not be inside the Store.
-    if !store.is_dir() || root.starts_with(&store) || store.starts_with(root) {
-        return Err(invalid(
-            format!("Store {}", store.display()),
-            format!(
-                "must be a directory that neither contains nor lies in the state root {}",
-                root.display()
-            ),
-        ));
-    }
+    let store = check_store(req, root)?;
     let exe = match &req.daemon_exe {
         Some(p) => p.clone(),
         None => std::env::current_exe().map_err(state_err(
@@ -464,41 +237,6 @@ fn check_expose(e: &Expose, store: &Path, root: &Path) -> Result<Expose, Backend
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ids_and_names() {
-        assert!(valid_id("sb-0123456789abcdef01234567"));
-        for bad in [
-            "sb-0123456789ABCDEF01234567",
-            "sb-0123",
-            "../../etc",
-            "sb-0123456789abcdef0123456/",
-        ] {
-            assert!(!valid_id(bad), "{bad}");
-        }
-        assert!(valid_name("a.b_c-1"));
-        assert!(!valid_name(""));
-        assert!(!valid_name("a/b"));
-        assert!(!valid_name(&"x".repeat(65)));
-        let r = random_hex(12).unwrap();
-        assert!(valid_id(&format!("sb-{r}")));
-    }
-
-    #[test]
-    fn tail_is_bounded() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("log");
-        assert_eq!(tail(&p, 5).unwrap(), "");
-        let mut text = String::new();
-        for i in 0..20_000 {
-            text.push_str(&format!("line {i}\n"));
-        }
-        fs::write(&p, &text).unwrap();
-        assert_eq!(tail(&p, 2).unwrap(), "line 19998\nline 19999");
-        let many = tail(&p, 1_000_000).unwrap();
-        assert!(many.len() <= 64 * 1024);
-        assert!(many.lines().next().unwrap().starts_with("line "));
-    }
 
     #[test]
     fn own_process_is_alive() {

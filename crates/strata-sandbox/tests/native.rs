@@ -1,14 +1,14 @@
 //! The native backend (B1–B10) with a fake daemon
 //! (`strata-sandbox-fake-daemon`): real namespaces, cgroups and processes.
-//! The contract checks are the shared suite in `tests/contract/mod.rs`
+//! The contract checks are the shared suite in strata-testkit's `contract`
 //! (the docker backend runs the same one); this file is the native
 //! harness, its native-only checks (cgroups, the monitor, the state-root
 //! mask, a rootfs directory) and one test per contract function.
 //! Needs root; without it every test FAILS with the reason.
 
 mod common;
-mod contract;
 use common::require_root;
+use strata_testkit::contract;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -210,6 +210,11 @@ fn the_token_never_goes_into_argv_or_env() {
 #[test]
 fn bad_requests_are_refused_before_anything_is_created() {
     contract::bad_requests_refused(&env());
+}
+
+#[test]
+fn both_backends_refuse_the_same_names_and_labels() {
+    contract::bad_names_and_labels_refused(&env());
 }
 
 #[test]

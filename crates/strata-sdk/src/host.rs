@@ -10,7 +10,6 @@
 //! layer) lives under `scratch`, on local disk, and outlives the daemon: a
 //! Workspace whose daemon died keeps its uncommitted changes.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -211,7 +210,7 @@ pub async fn mount(
     let ddir = records.join(format!("d-{:016x}", rand::random::<u64>()));
     std::fs::create_dir(&ddir).map_err(io("create the daemon directory", &ddir))?;
     set_mode(&ddir, 0o700)?;
-    let token = strata_daemon::new_token();
+    let token = strata_daemon::new_token().map_err(io("make a token for", &ddir))?;
     let token_file = ddir.join("token");
     strata_daemon::write_token(&token_file, &token).map_err(io("write the token", &token_file))?;
     let socket = ddir.join("daemon.sock");
@@ -317,44 +316,50 @@ fn set_mode(p: &Path, mode: u32) -> Result<()> {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(io("chmod", p))
 }
 
-/// Wait for the daemon's one startup marker line (bounded), or report its death with the log tail.
+/// Wait for the daemon's one startup marker line (bounded; strata-sandbox's
+/// one marker wait), or report its death with the log tail.
 fn wait_marker(out_file: &Path, child: &mut std::process::Child, log: &Path) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let mut s = String::new();
-        if let Ok(mut f) = std::fs::File::open(out_file) {
-            let _ = f.read_to_string(&mut s);
-        }
-        if s.lines()
-            .next()
-            .is_some_and(|l| l.starts_with("STRATA-DAEMON-READY "))
-        {
-            return Ok(());
-        }
-        let tail = || {
-            format!(
-                "{}\n{}",
-                s.trim_end(),
-                strata_daemon::tail_file(log, 20).unwrap_or_default()
-            )
-        };
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(Error::Backend {
-                what: format!("the workspace daemon exited before it was ready ({st})"),
-                log_tail: tail(),
-                source: None,
-            });
-        }
-        if Instant::now() > deadline {
+    use strata_sandbox::backend::marker::{wait_marker, Look, NotReady};
+    let within = Duration::from_secs(15);
+    let ready = wait_marker(within, Duration::from_millis(5), || {
+        // The process first, then its stdout (see `Look::ended`).
+        let ended = child
+            .try_wait()
+            .map_err(|e| format!("waiting for the workspace daemon: {e}"))?
+            .map(|st| format!("the workspace daemon exited ({st})"));
+        Ok(Look {
+            stdout: std::fs::read(out_file).unwrap_or_default(),
+            ended,
+        })
+    });
+    let tail = || {
+        let out = std::fs::read_to_string(out_file).unwrap_or_default();
+        format!(
+            "{}\n{}",
+            out.trim_end(),
+            strata_daemon::tail_file(log, 20).unwrap_or_default()
+        )
+    };
+    match ready {
+        Ok(_) => Ok(()),
+        Err(NotReady::Failed(why)) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Error::Backend {
+            Err(Error::Backend {
+                what: format!("the workspace daemon was not ready: {why}"),
+                log_tail: tail(),
+                source: None,
+            })
+        }
+        Err(NotReady::Timeout) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(Error::Backend {
                 what: "the workspace daemon did not report ready within 15 s".into(),
                 log_tail: tail(),
                 source: None,
-            });
+            })
         }
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

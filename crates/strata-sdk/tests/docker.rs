@@ -2,13 +2,12 @@
 //! `strata-daemon` binary) in a busybox image: B7 and the privilege split
 //! as a command in a container sees it, per-exec cancel (which `docker
 //! exec` cannot do), and the Store read back after close (S1). Setup as in
-//! crates/strata-docker/tests (shared file): dockerd started if needed,
+//! crates/strata-docker/tests (strata-testkit's `docker`): dockerd started if needed,
 //! the static `strata-daemon` from this test's build directory (`cargo
 //! test --workspace` builds it; `cargo test -p strata-sdk` alone does
 //! not); without them the test FAILS with the command to run.
 
-#[path = "../../strata-docker/tests/common/mod.rs"]
-mod common;
+use strata_testkit::docker as common;
 
 use std::time::{Duration, Instant};
 

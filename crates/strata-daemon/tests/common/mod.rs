@@ -69,7 +69,7 @@ impl Daemon {
         let private = tmp.path().join("private");
         std::fs::create_dir(&private).unwrap();
         std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let token = strata_daemon::new_token();
+        let token = strata_daemon::new_token().unwrap();
         let token_file = private.join("token");
         strata_daemon::write_token(&token_file, &token).unwrap();
         let socket = private.join("daemon.sock");

@@ -3,16 +3,13 @@
 //! contract through `&dyn Backend` only, with the stand-in daemon
 //! `strata-sandbox-fake-daemon` (it prints the marker, listens on the
 //! socket, logs what it observes, and has failure modes). Backends run it
-//! from their own test files: `tests/native.rs` here, and
-//! `crates/strata-docker/tests/docker.rs`, which includes this file with
-//! `#[path]` (one source, not a copy).
+//! from their own test files: strata-sandbox's `tests/native.rs` and
+//! strata-docker's `tests/docker.rs` (one source, not a copy).
 //!
 //! What differs between backends goes through the harness: where the
 //! daemon binary comes from, how a path the daemon sees maps to the host,
 //! how a fresh process reopens a Sandbox, and checks only one backend can
 //! make (cgroups, containers).
-
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -553,6 +550,36 @@ pub fn bad_requests_refused(h: &dyn Harness) {
     req.store = "/var".into();
     assert!(b.create(&req).is_err(), "a Store containing the state root");
     assert!(b.list(&Filter::default()).unwrap().is_empty());
+}
+
+/// Every backend refuses the same names and label keys (one rule, in
+/// strata-sandbox's `backend::validate`), naming what was wrong, before
+/// anything is created; and accepts the same ones.
+pub fn bad_names_and_labels_refused(h: &dyn Harness) {
+    let b = h.backend();
+    let long_name = "n".repeat(65);
+    let long_key = "k".repeat(129);
+    for name in ["", "a/b", "a b", "..\n", "é", long_name.as_str()] {
+        let mut req = h.request(None);
+        req.name = Some(name.to_string());
+        let e = b.create(&req).unwrap_err().to_string();
+        assert!(e.contains(&format!("name {name:?}")), "name {name:?}: {e}");
+    }
+    // A key with '=', a space, a control character or a non-ASCII letter
+    // cannot become a Docker label filter `KEY=VALUE`: refused everywhere.
+    for key in ["", "a=b", "a b", "tab\t", "é", long_key.as_str()] {
+        let mut req = h.request(None);
+        req.labels.insert(key.to_string(), "v".into());
+        let e = b.create(&req).unwrap_err().to_string();
+        assert!(e.contains(&format!("label {key:?}")), "label {key:?}: {e}");
+    }
+    assert!(b.list(&Filter::default()).unwrap().is_empty());
+    let mut req = h.request(Some("Ok.name_1-x"));
+    req.labels
+        .insert("team/owner.v-1_x".into(), "any value = fine".into());
+    let info = b.create(&req).unwrap();
+    assert_eq!(b.open(&info.id).unwrap().labels, req.labels);
+    b.delete(&info.id).unwrap();
 }
 
 /// `launch` deletes what a failed start left; succeeds otherwise.

@@ -8,8 +8,6 @@
 //! static binaries FAILS every test with the reason and what to do
 //! (`scripts/test` sets all of it up).
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

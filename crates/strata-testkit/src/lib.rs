@@ -1,0 +1,18 @@
+//! strata-testkit: what several crates' tests share, as a library instead
+//! of files included by path (`publish = false`, a dev-dependency only).
+//!
+//! * [`contract`]: the Backend contract suite (docs/design.md §3, B1–B10),
+//!   one source that every backend's tests run through their own
+//!   [`contract::Harness`] (strata-sandbox's `tests/native.rs`,
+//!   strata-docker's `tests/docker.rs`).
+//! * [`docker`]: the docker tests' set-up (a Docker Engine, the static
+//!   binaries the containers run, a busybox image imported without a
+//!   registry), for strata-docker's and strata-sdk's docker tests.
+//!
+//! Nothing here skips: a test whose set-up is missing FAILS with the
+//! reason and what to do.
+
+#![forbid(unsafe_code)]
+
+pub mod contract;
+pub mod docker;
