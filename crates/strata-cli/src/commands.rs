@@ -3,64 +3,14 @@
 //! a rendering of its result.
 
 use crate::cli::{BranchCmd, Cli, Command, InitArgs, ProjectCmd};
-use crate::output::{commit_json, commit_text, human_bytes, lossy, print_json, print_text, warn};
+use crate::ctx::{default_store_path, Ctx};
+use crate::output::{commit_json, commit_text, human_bytes, lossy, warn};
 use crate::progress::Bar;
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use strata_store::{BranchRef, SnapshotReport, Store, StoreError, StoreOptions};
-
-/// What every command needs: where the Store is and how to print.
-pub struct Ctx {
-    pub json: bool,
-    pub store_path: Option<PathBuf>,
-    pub allow_any_fs: bool,
-}
-
-impl Ctx {
-    pub fn store_path(&self) -> Result<&Path> {
-        self.store_path.as_deref().ok_or_else(|| {
-            anyhow!(
-                "cannot find a default Store location: neither XDG_DATA_HOME nor HOME is set. \
-                 Pass --store PATH or set STRATA_STORE"
-            )
-        })
-    }
-
-    pub fn options(&self) -> StoreOptions {
-        StoreOptions {
-            allow_any_fs: self.allow_any_fs,
-            ..StoreOptions::default()
-        }
-    }
-
-    pub fn open(&self) -> Result<Store> {
-        Ok(Store::open(self.store_path()?, &self.options())?)
-    }
-
-    /// Print `v` as JSON, or `text` for humans.
-    pub fn emit(&self, v: serde_json::Value, text: impl FnOnce() -> String) -> Result<()> {
-        if self.json {
-            print_json(&v)
-        } else {
-            print_text(&text())
-        }
-    }
-}
-
-/// `$XDG_DATA_HOME/strata`, else `~/.local/share/strata`.
-pub fn default_store_path() -> Option<PathBuf> {
-    let xdg = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute());
-    let base = xdg.or_else(|| {
-        std::env::var_os("HOME")
-            .filter(|h| !h.is_empty())
-            .map(|h| PathBuf::from(h).join(".local/share"))
-    })?;
-    Some(base.join("strata"))
-}
 
 /// Run one parsed command line; the exit code is for outcomes that are not
 /// errors but still failures (fsck finding problems, a failed demo check).

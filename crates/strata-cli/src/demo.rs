@@ -5,10 +5,11 @@
 //! the Store part. Every step prints what it did and how long it took; the
 //! exit status is 0 only if every check passed.
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
+use crate::demo_steps::{Demo, Failed};
 use crate::output::{human_bytes, lossy, print_json};
 use anyhow::{anyhow, bail, ensure, Context, Result};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -20,75 +21,12 @@ const BIG: usize = 8 << 20;
 const DIRS: usize = 20;
 const FILES_PER_DIR: usize = 25;
 
-pub(crate) struct Demo {
-    json: bool,
-    steps: Vec<Value>,
-}
-
-/// A step failed; its error has been printed and recorded already.
-#[derive(Debug)]
-pub(crate) struct Failed;
-
-impl Demo {
-    /// A line of narration under the last step (text mode only).
-    pub(crate) fn note(&mut self, text: &str) {
-        if !self.json {
-            println!("       {text}");
-        }
-        if let Some(Value::Object(last)) = self.steps.last_mut() {
-            let notes = last.entry("notes").or_insert_with(|| json!([]));
-            if let Value::Array(a) = notes {
-                a.push(json!(text));
-            }
-        }
-    }
-
-    /// A step that was skipped, and why (not a failure).
-    fn skip(&mut self, name: &str, why: &str) {
-        if !self.json {
-            println!("[skip] {name:<60} {why}");
-        }
-        self.steps
-            .push(json!({"step": name, "ok": true, "skipped": true, "detail": why}));
-    }
-
-    /// Record a failure that happened outside a step.
-    pub(crate) fn fail<T>(&mut self, name: &str, e: &anyhow::Error) -> Result<T, Failed> {
-        self.step(name, || -> Result<((), String)> { Err(anyhow!("{e:#}")) })?;
-        Err(Failed)
-    }
-
-    pub(crate) fn step<T>(
-        &mut self,
-        name: &str,
-        f: impl FnOnce() -> Result<(T, String)>,
-    ) -> Result<T, Failed> {
-        let t = Instant::now();
-        let r = f();
-        let ms = t.elapsed().as_secs_f64() * 1e3;
-        let (ok, detail, value) = match r {
-            Ok((v, detail)) => (true, detail, Some(v)),
-            Err(e) => (false, format!("{e:#}"), None),
-        };
-        if !self.json {
-            let mark = if ok { "ok  " } else { "FAIL" };
-            println!("[{mark}] {name:<60} {ms:>9.1} ms  {detail}");
-        }
-        self.steps
-            .push(json!({"step": name, "ok": ok, "ms": ms, "detail": detail}));
-        value.ok_or(Failed)
-    }
-}
-
 pub fn run(ctx: &Ctx) -> Result<ExitCode> {
     let tmp = tempfile::Builder::new()
         .prefix("strata-demo-")
         .tempdir()
         .context("could not create a temporary directory for the demo")?;
-    let mut d = Demo {
-        json: ctx.json,
-        steps: Vec::new(),
-    };
+    let mut d = Demo::new(ctx.json);
     if !ctx.json {
         println!("strata demo in {}", tmp.path().display());
     }

@@ -3,7 +3,7 @@
 //! them as uid 1500, both commit, and the result is read back from the
 //! Store in this process. Every step checks what it claims.
 
-use crate::demo::Demo;
+use crate::demo_steps::{Demo, Failed};
 use crate::output::human_bytes;
 use anyhow::{anyhow, ensure, Result};
 use std::collections::BTreeSet;
@@ -46,13 +46,13 @@ struct Agent {
     ws: Workspace,
 }
 
-pub fn steps(d: &mut Demo, store: &Store, base: ObjectId) -> Result<(), crate::demo::Failed> {
-    let rt = match crate::sandbox::runtime() {
+pub fn steps(d: &mut Demo, store: &Store, base: ObjectId) -> Result<(), Failed> {
+    let rt = match crate::ctx::runtime() {
         Ok(rt) => rt,
         Err(e) => return d.fail("start an async runtime", &e),
     };
-    let a_br = BranchRef::new("demo", "agent-a").map_err(|_| crate::demo::Failed)?;
-    let b_br = BranchRef::new("demo", "agent-b").map_err(|_| crate::demo::Failed)?;
+    let a_br = BranchRef::new("demo", "agent-a").map_err(|_| Failed)?;
+    let b_br = BranchRef::new("demo", "agent-b").map_err(|_| Failed)?;
     d.step("fork demo/agent-a and demo/agent-b from demo/main", || {
         store.create_branch(&a_br, base)?;
         store.create_branch(&b_br, base)?;
@@ -117,7 +117,7 @@ fn run_agents(
     b: &Agent,
     a_br: &BranchRef,
     b_br: &BranchRef,
-) -> Result<(), crate::demo::Failed> {
+) -> Result<(), Failed> {
     d.step("run both agents' commands at once, as uid 1500", || {
         rt.block_on(async {
             let (ra, rb) = tokio::join!(
@@ -196,7 +196,7 @@ fn run_agents(
     ));
     d.note(&format!("cannot unmount     {}", kv_line(&split.unmount)));
     d.note(&format!("no user namespace  {}", kv_line(&split.unshare)));
-    let before = store.stats().map_err(|_| crate::demo::Failed)?;
+    let before = store.stats().map_err(|_| Failed)?;
     let (ca, cb) = d.step("commit both Workspaces", || {
         rt.block_on(async {
             let ca = a.ws.commit("agent a: build").await?;

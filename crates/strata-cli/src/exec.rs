@@ -6,8 +6,8 @@
 //! (so a strata failure never reads as a plausible exit status).
 //! `exec --detach`, `exec logs` and `exec cancel` exit 0 on success.
 
-use crate::commands::Ctx;
-use crate::sandbox::{open, runtime, state_dir};
+use crate::ctx::Ctx;
+use crate::ctx::{open, runtime, state_dir};
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -69,10 +69,10 @@ pub struct ExecArgs {
     #[arg(long, value_name = "ID")]
     pub sandbox: Option<String>,
     /// Run as UID:GID (default 1500:1500; 0 is refused).
-    #[arg(long, value_name = "U:G", value_parser = crate::cli::uid_gid)]
+    #[arg(long, value_name = "U:G", value_parser = crate::args::uid_gid)]
     pub user: Option<(u32, u32)>,
     /// An environment variable (repeatable).
-    #[arg(long = "env", value_name = "K=V", value_parser = crate::cli::key_value)]
+    #[arg(long = "env", value_name = "K=V", value_parser = crate::args::key_value)]
     pub env: Vec<(String, String)>,
     /// Working directory, absolute, inside the Workspace (default: its root).
     #[arg(long, value_name = "DIR")]
@@ -125,7 +125,7 @@ fn with_runtime(
     match r {
         Ok(code) => Ok(ExitCode::from(code)),
         Err(e) => {
-            eprintln!("strata: error: {}", crate::render(&e));
+            eprintln!("strata: error: {}", crate::output::render(&e));
             Ok(ExitCode::from(EXEC_FAILED))
         }
     }

@@ -3,10 +3,13 @@
 //! maps errors to exit codes (0 success, 1 failure, 2 usage).
 #![forbid(unsafe_code)]
 
+mod args;
 mod cli;
 mod commands;
+mod ctx;
 mod demo;
 mod demo_sandbox;
+mod demo_steps;
 mod exec;
 mod mount;
 mod output;
@@ -36,8 +39,14 @@ fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<args::Usage>().is_some() => {
+            // clap's format and exit status 2, as for errors it finds.
+            use clap::CommandFactory;
+            let u = e.downcast_ref::<args::Usage>().expect("checked above");
+            cli::Cli::command().error(u.kind, &u.msg).exit()
+        }
         Err(e) => {
-            eprintln!("strata: error: {}", render(&e));
+            eprintln!("strata: error: {}", output::render(&e));
             ExitCode::from(exit_code(&e))
         }
     }
@@ -52,23 +61,6 @@ fn exit_code(e: &anyhow::Error) -> u8 {
     }
 }
 
-/// The error and its causes as one line, without repeating a cause that the
-/// message before it already quotes (StoreError texts include their source).
-fn render(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if out.contains(&s) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&s);
-    }
-    out
-}
-
 /// `strata cat FILE | head` closes stdout early; that is not an error.
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
@@ -80,15 +72,6 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn render_does_not_repeat_quoted_causes() {
-        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
-        let e: anyhow::Error = anyhow::Error::new(io).context("could not read x: denied");
-        assert_eq!(render(&e), "could not read x: denied");
-        let e = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(render(&e), "outer: inner");
-    }
 
     #[test]
     fn invalid_names_are_usage_errors() {

@@ -5,16 +5,14 @@
 //! `strata_sdk::Sandbox`). `ws status|commit|unmount WS` look for a host
 //! mount first, then ask the running Sandboxes (IDs are unique).
 
-use crate::commands::Ctx;
-use crate::sandbox::state_dir;
+use crate::ctx::{open, runtime, state_dir, Ctx};
 use anyhow::{anyhow, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 use strata_sdk::host::{self, HostDirs, HostMountOptions};
-use strata_sdk::{CommitOutcome, Sandbox, SandboxFilter, Workspace as SdkWorkspace};
+use strata_sdk::workspaces::{self, Found};
 
 #[derive(Debug, Args)]
 pub struct MountArgs {
@@ -81,7 +79,7 @@ pub enum WsCmd {
     },
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+fn current_thread() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?)
@@ -94,7 +92,7 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<ExitCode> {
         allow_any_fs: ctx.allow_any_fs,
         foreground: a.foreground,
     };
-    let (m, child) = runtime()?.block_on(host::mount(
+    let (m, child) = current_thread()?.block_on(host::mount(
         &store,
         &a.reference,
         &a.mountpoint,
@@ -130,25 +128,14 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where a Workspace ID lives: a host mount, or a Sandbox.
-enum Found {
-    Host(host::HostMount),
-    Sandbox(Box<(Sandbox, SdkWorkspace)>),
-}
-
+/// Workspace `id` on the host or in a running Sandbox, or the message
+/// that neither has it.
 async fn find(dirs: &HostDirs, id: &str) -> Result<Found> {
-    match host::find(dirs, id) {
-        Ok(m) => Ok(Found::Host(m)),
-        Err(strata_sdk::Error::NotFound { .. }) => {
-            match Sandbox::find_workspace(id, state_dir()).await {
-                Ok(x) => Ok(Found::Sandbox(Box::new(x))),
-                Err(strata_sdk::Error::NotFound { .. }) => Err(anyhow!(
-                    "no Workspace {id} is mounted on this host or in a running Sandbox; list them with `strata ws list`"
-                )),
-                Err(e) => Err(e.into()),
-            }
-        }
-        Err(e) => Err(e.into()),
+    match workspaces::find(dirs, state_dir(), id).await {
+        Err(strata_sdk::Error::NotFound { .. }) => Err(anyhow!(
+            "no Workspace {id} is mounted on this host or in a running Sandbox; list them with `strata ws list`"
+        )),
+        r => Ok(r?),
     }
 }
 
@@ -170,7 +157,7 @@ fn conflict(e: strata_sdk::Error, ws: &str, branch: &str, sandbox: Option<&str>)
 }
 
 pub async fn ws_mount(ctx: &Ctx, a: WsMountArgs) -> Result<()> {
-    let sb = crate::sandbox::open(&a.sandbox).await?;
+    let sb = open(&a.sandbox).await?;
     let ws = sb.mount(&a.reference, Some(&a.at)).await?;
     let (id, path) = (ws.id().to_string(), ws.path().to_string());
     ctx.emit(
@@ -181,7 +168,7 @@ pub async fn ws_mount(ctx: &Ctx, a: WsMountArgs) -> Result<()> {
 
 pub fn ws(ctx: &Ctx, cmd: WsCmd) -> Result<ExitCode> {
     let dirs = HostDirs::for_user();
-    let rt = crate::sandbox::runtime()?;
+    let rt = runtime()?;
     rt.block_on(ws_async(ctx, &dirs, cmd))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -190,36 +177,14 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
     match cmd {
         WsCmd::Mount(a) => ws_mount(ctx, a).await,
         WsCmd::List => {
-            // Probing a daemon connects to its socket: do it once per mount.
-            let mut rows: Vec<serde_json::Value> = host::list(dirs)?
+            let rows: Vec<serde_json::Value> = workspaces::list(dirs, state_dir())
+                .await?
                 .into_iter()
-                .map(|m| {
-                    let alive = m.alive();
-                    json!({"workspace": m.workspace, "sandbox": null, "mountpoint": m.mountpoint,
-                           "branch": m.branch, "alive": alive, "pid": m.pid})
+                .map(|w| {
+                    json!({"workspace": w.workspace, "sandbox": w.sandbox, "mountpoint": w.mountpoint,
+                           "branch": w.branch, "alive": w.alive, "pid": w.pid})
                 })
                 .collect();
-            // Sandboxes the caller cannot see (e.g. root's, for a user)
-            // are not an error for a listing.
-            let list = Sandbox::list(SandboxFilter {
-                state_dir: state_dir(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_default();
-            for info in list {
-                let Ok(sb) = Sandbox::open_in(info.id.as_str(), state_dir()).await else {
-                    continue;
-                };
-                // A hung daemon must not hang the listing.
-                let wss = tokio::time::timeout(Duration::from_secs(2), sb.workspaces()).await;
-                for w in wss.ok().and_then(|r| r.ok()).unwrap_or_default() {
-                    rows.push(
-                        json!({"workspace": w.id(), "sandbox": sb.id(), "mountpoint": w.path(),
-                                     "branch": w.branch(), "alive": true, "pid": null}),
-                    );
-                }
-            }
             ctx.emit(json!(rows), || {
                 rows.iter()
                     .map(|r| {
@@ -245,23 +210,14 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             })
         }
         WsCmd::Status { workspace } => {
-            let (base, sandbox, changes): (String, Option<String>, Vec<(String, String)>) =
-                match find(dirs, &workspace).await? {
-                    Found::Host(m) => {
-                        let st = host::status(dirs, &m).await?;
-                        let c = st.changes.into_iter().map(|c| (c.path, c.kind)).collect();
-                        (st.base, None, c)
-                    }
-                    Found::Sandbox(x) => {
-                        let (sb, ws) = *x;
-                        let c = ws.status().await?;
-                        let c = c
-                            .into_iter()
-                            .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind))
-                            .collect();
-                        (ws.base().to_string(), Some(sb.id().to_string()), c)
-                    }
-                };
+            let found = find(dirs, &workspace).await?;
+            let st = found.status(dirs).await?;
+            let changes: Vec<(String, String)> = st
+                .changes
+                .into_iter()
+                .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.kind))
+                .collect();
+            let (base, sandbox) = (st.base, found.sandbox_id().map(str::to_string));
             let v: Vec<_> = changes
                 .iter()
                 .map(|(p, k)| json!({"path": p, "kind": k}))
@@ -286,39 +242,20 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             message,
             offline,
         } => {
-            let (branch, commit, committed) = match find(dirs, &workspace).await? {
-                Found::Host(m) if offline => {
-                    let store = ctx.store_path()?.to_path_buf();
-                    let out = host::commit_offline(&store, dirs, &m, &message, ctx.allow_any_fs)
-                        .map_err(|e| conflict(e, &workspace, &m.branch, None))?;
-                    match out {
-                        strata_workspace::CommitOutcome::Committed(c) => {
-                            (m.branch, Some(c.to_hex()), true)
-                        }
-                        strata_workspace::CommitOutcome::UpToDate => (m.branch, None, false),
-                    }
-                }
-                Found::Host(m) => {
-                    let r = host::commit(dirs, &m, &message)
-                        .await
-                        .map_err(|e| conflict(e, &workspace, &m.branch, None))?;
-                    (m.branch, Some(r.commit), r.outcome == "committed")
-                }
-                Found::Sandbox(_) if offline => {
-                    return Err(anyhow!(
-                        "--offline is for host Workspaces whose serving process died; workspace {workspace} is served by a running Sandbox: commit it without --offline"
-                    ))
-                }
-                Found::Sandbox(x) => {
-                    let (sb, ws) = *x;
-                    let out = ws
-                        .commit(&message)
-                        .await
-                        .map_err(|e| conflict(e, &workspace, ws.branch(), Some(sb.id())))?;
-                    let committed = matches!(out, CommitOutcome::Committed(_));
-                    (ws.branch().to_string(), Some(out.commit().to_string()), committed)
-                }
-            };
+            let found = find(dirs, &workspace).await?;
+            let branch = found.branch().to_string();
+            let sandbox = found.sandbox_id().map(str::to_string);
+            let out = if offline {
+                let store = ctx.store_path()?.to_path_buf();
+                found.commit_offline(&store, dirs, &message, ctx.allow_any_fs)
+            } else {
+                found.commit(dirs, &message).await
+            }
+            .map_err(|e| conflict(e, &workspace, &branch, sandbox.as_deref()))?;
+            let committed = out.committed();
+            // docs/cli.md: an offline commit with nothing to commit has no
+            // commit id to show (null).
+            let commit = (committed || !offline).then(|| out.commit().to_string());
             ctx.emit(
                 json!({"workspace": workspace, "branch": branch, "commit": commit, "committed": committed}),
                 || match (&commit, committed) {
@@ -328,16 +265,15 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             )
         }
         WsCmd::Unmount { workspace, discard } => {
-            match find(dirs, &workspace).await? {
-                Found::Host(m) => {
-                    let store = ctx.store_path()?.to_path_buf();
-                    host::unmount(&store, dirs, &m, discard, ctx.allow_any_fs).await?;
-                }
-                Found::Sandbox(x) => {
-                    let (_sb, ws) = *x;
-                    ws.unmount(discard).await?;
-                }
-            }
+            let found = find(dirs, &workspace).await?;
+            // The Store path is needed only to clean up a dead host mount.
+            let store = match &found {
+                Found::Host(_) => ctx.store_path()?.to_path_buf(),
+                Found::Sandbox(_) => Default::default(),
+            };
+            found
+                .unmount(&store, dirs, discard, ctx.allow_any_fs)
+                .await?;
             ctx.emit(
                 json!({"workspace": workspace, "unmounted": true, "discarded": discard}),
                 || format!("unmounted {workspace}"),

@@ -222,9 +222,35 @@ pub fn human_duration(d: std::time::Duration) -> String {
     }
 }
 
+/// The error and its causes as one line, without repeating a cause that the
+/// message before it already quotes (StoreError texts include their source).
+pub fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if out.contains(&s) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&s);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn render_does_not_repeat_quoted_causes() {
+        let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
+        let e: anyhow::Error = anyhow::Error::new(io).context("could not read x: denied");
+        assert_eq!(render(&e), "could not read x: denied");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(render(&e), "outer: inner");
+    }
 
     #[test]
     fn times_format_as_utc() {

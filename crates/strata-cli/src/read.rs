@@ -1,6 +1,6 @@
 //! Reading a commit without a Workspace: ls, cat and export.
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{entry_json, entry_line, lossy, print_json};
 use crate::progress::Bar;
 use anyhow::{anyhow, Result};

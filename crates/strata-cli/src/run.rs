@@ -1,7 +1,7 @@
 //! `strata run`: one command on a Workspace with no root (FUSE inside an
 //! unprivileged user namespace; the mechanism is `strata_rootless`).
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 use anyhow::Result;
 use clap::Args;
 use std::ffi::OsString;

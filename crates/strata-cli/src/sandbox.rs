@@ -10,17 +10,14 @@
 //!   finds the Sandbox holding one by asking the running ones
 //!   (`Sandbox::find_workspace`, `Sandbox::find_exec`).
 
-use crate::cli::{BackendArg, NetworkArg};
-use crate::commands::Ctx;
+use crate::args::{BackendArg, NetworkArg};
+use crate::ctx::{open, runtime, state_dir, Ctx};
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use strata_sdk::{Limits, Network, Sandbox, SandboxFilter, SandboxSpec, Workspace};
-
-/// Environment variable naming the Sandbox state root.
-pub const STATE_ENV: &str = "STRATA_SANDBOX_STATE";
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCmd {
@@ -34,7 +31,7 @@ pub enum SandboxCmd {
     #[command(after_help = "Example:\n  strata sandbox list --label team=web --prefix agent-")]
     List {
         /// Only Sandboxes with this label (repeatable; all must match).
-        #[arg(long = "label", value_name = "K=V", value_parser = crate::cli::key_value)]
+        #[arg(long = "label", value_name = "K=V", value_parser = crate::args::key_value)]
         labels: Vec<(String, String)>,
         /// Only Sandboxes whose name starts with P.
         #[arg(long, value_name = "P")]
@@ -78,21 +75,21 @@ pub struct CreateArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// A label (repeatable).
-    #[arg(long = "label", value_name = "K=V", value_parser = crate::cli::key_value)]
+    #[arg(long = "label", value_name = "K=V", value_parser = crate::args::key_value)]
     pub labels: Vec<(String, String)>,
     /// none (loopback only) or host.
     #[arg(long, value_name = "none|host", value_enum, default_value = "none")]
-    pub network: crate::cli::NetworkArg,
+    pub network: crate::args::NetworkArg,
     /// Memory limit: bytes, or with a K, M or G suffix (default: half of
     /// the host's RAM).
-    #[arg(long, value_name = "SIZE", value_parser = crate::cli::byte_size)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::byte_size)]
     pub memory: Option<u64>,
     /// Most processes and threads at once (default: 4096).
     #[arg(long, value_name = "N")]
     pub pids: Option<u64>,
     /// CPU share: 1 = one full CPU, 0.5 = half of one (cgroup CPU quota;
     /// default: none).
-    #[arg(long, value_name = "CPUS", value_parser = crate::cli::cpu_millis)]
+    #[arg(long, value_name = "CPUS", value_parser = crate::args::cpu_millis)]
     pub cpu: Option<u64>,
     /// No limits at all (not even the default memory and pids limits): a
     /// command can then exhaust the host's memory or processes.
@@ -111,7 +108,7 @@ pub struct CreateArgs {
         value_enum,
         default_value = "native"
     )]
-    pub backend: crate::cli::BackendArg,
+    pub backend: crate::args::BackendArg,
     /// The docker backend's image, present in the local Engine:
     /// NAME:TAG, NAME@sha256:… or an image ID (pinned to its ID at create).
     #[arg(long, value_name = "IMAGE", required_if_eq("backend", "docker"))]
@@ -135,26 +132,6 @@ fn parse_expose(s: &str) -> std::result::Result<strata_sdk::Expose, String> {
         ));
     }
     Ok(e)
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        // Default 2 MiB stacks: removing a closed Sandbox's scratch (which
-        // a command can nest ~2,000 levels deep) keeps its own work list
-        // (strata-sandbox's rmtree.rs), it does not recurse.
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
-}
-
-pub fn state_dir() -> Option<PathBuf> {
-    std::env::var_os(STATE_ENV)
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-}
-
-pub async fn open(id: &str) -> Result<Sandbox> {
-    Ok(Sandbox::open_in(id, state_dir()).await?)
 }
 
 /// The CLI's stable view of a Sandbox record (docs/cli.md); the backend's
@@ -200,10 +177,13 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             spec.no_limits = a.no_limits;
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
             spec.docker_image = match (a.backend, a.image) {
-                (BackendArg::Native, Some(_)) => crate::cli::usage_error(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    "--image is for --backend docker",
-                ),
+                (BackendArg::Native, Some(_)) => {
+                    return Err(crate::args::Usage {
+                        kind: clap::error::ErrorKind::ArgumentConflict,
+                        msg: "--image is for --backend docker".into(),
+                    }
+                    .into())
+                }
                 (BackendArg::Native, None) => None,
                 // clap requires --image with --backend docker.
                 (BackendArg::Docker, image) => image,

@@ -12,6 +12,84 @@ pub const API_PREFIX: &str = "/v1";
 /// Content type of the exec output stream (one JSON object per line).
 pub const NDJSON: &str = "application/x-ndjson";
 
+/// A string id on the wire (`#[serde(transparent)]`: the JSON is the bare
+/// string), typed so that a Workspace id is never passed where an exec id
+/// is expected.
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl $name {
+            /// The id as sent.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(s: String) -> Self {
+                $name(s)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, o: &str) -> bool {
+                self.0 == o
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, o: &&str) -> bool {
+                self.0 == *o
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A Workspace id (the name of its scratch directory), unique across
+    /// Sandboxes and host mounts.
+    WorkspaceId
+);
+id_type!(
+    /// An exec id (`x` and 16 hex digits), unique across Sandboxes.
+    ExecId
+);
+
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
@@ -37,7 +115,7 @@ pub struct Health {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnrecoveredWorkspace {
     /// The Workspace ID (its scratch directory's name).
-    pub id: String,
+    pub id: WorkspaceId,
     /// Where it was mounted, if its record said.
     pub path: Option<String>,
     /// Why it could not be recovered.
@@ -62,7 +140,7 @@ pub struct MountRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceInfo {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// Where it is mounted (inside the Sandbox).
     pub path: String,
     /// `PROJECT/BRANCH`.
@@ -87,7 +165,7 @@ pub struct ChangeEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatusResponse {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// The base commit (hex).
     pub base: String,
     /// Changed paths, sorted.
@@ -102,11 +180,37 @@ pub struct CommitRequest {
     pub message: String,
 }
 
+/// What a commit did (`"committed"` or `"up_to_date"` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// A new commit was published; the branch moved.
+    Committed,
+    /// Nothing changed: nothing was written and the branch did not move.
+    UpToDate,
+}
+
+impl Outcome {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Committed => "committed",
+            Outcome::UpToDate => "up_to_date",
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Result of a commit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitResponse {
     /// `committed` or `up_to_date` (nothing changed, nothing written).
-    pub outcome: String,
+    pub outcome: Outcome,
     /// The new head (committed) or the unchanged base (up_to_date), hex.
     pub commit: String,
     /// `PROJECT/BRANCH`.
@@ -128,7 +232,7 @@ pub struct UnmountRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnmountResponse {
     /// The ID.
-    pub id: String,
+    pub id: WorkspaceId,
     /// Whether the uncommitted changes were dropped.
     pub discarded: bool,
 }
@@ -153,7 +257,7 @@ pub struct ExecRequest {
     pub cwd: Option<String>,
     /// Workspace ID the command works in (default: the only mounted one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workspace: Option<String>,
+    pub workspace: Option<WorkspaceId>,
     /// `UID:GID`, default `1500:1500`; 0 is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -186,7 +290,7 @@ pub struct ExecRequest {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecCreated {
     /// The ID.
-    pub id: String,
+    pub id: ExecId,
     /// pid of the command (also its process group id).
     pub pid: u32,
 }
@@ -227,15 +331,44 @@ pub struct ExecFailure {
     pub errno_name: Option<String>,
 }
 
+/// Where an exec is (`"running"`, `"exited"`, `"failed"` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecState {
+    /// The command runs.
+    Running,
+    /// The command ended (see [`ExecStatus::exit`]).
+    Exited,
+    /// The command never ran (see [`ExecStatus::failure`]).
+    Failed,
+}
+
+impl ExecState {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecState::Running => "running",
+            ExecState::Exited => "exited",
+            ExecState::Failed => "failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ExecState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// `GET /v1/execs/{id}`, `GET /v1/execs/{id}/wait`, cancel result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExecStatus {
     /// The ID.
-    pub id: String,
+    pub id: ExecId,
     /// pid (= process group) of the command.
     pub pid: u32,
     /// `running`, `exited` (see `exit`) or `failed` (see `failure`).
-    pub state: String,
+    pub state: ExecState,
     /// How it ended (state `exited`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
@@ -245,7 +378,7 @@ pub struct ExecStatus {
     /// argv as requested.
     pub argv: Vec<String>,
     /// The Workspace it runs in.
-    pub workspace: Option<String>,
+    pub workspace: Option<WorkspaceId>,
     /// Milliseconds since the exec started (or its total run time).
     pub elapsed_ms: u64,
 }
@@ -327,9 +460,8 @@ pub struct ErrorBody {
 /// What failed and what to do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
-    /// Stable machine-readable code: `invalid_input`, `not_found`,
-    /// `conflict`, `busy`, `exec_failed`, `internal`.
-    pub code: String,
+    /// Stable machine-readable code (a string on the wire).
+    pub code: ErrorCode,
     /// One sentence: what failed.
     pub message: String,
     /// What to do about it.
@@ -341,6 +473,84 @@ pub struct ErrorDetail {
     /// For `exec_failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errno: Option<i32>,
+}
+
+/// The machine-readable code of an error response: a string on the wire
+/// (`"not_found"`), typed here so that daemon and SDK match on variants,
+/// never on spelled-out strings. A code this version does not know (a
+/// newer daemon's) is kept as it was sent, in [`ErrorCode::Other`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    /// `invalid_input` (400): the request was refused before anything ran.
+    InvalidInput,
+    /// `not_found` (404): no such Workspace, exec or branch.
+    NotFound,
+    /// `conflict` (409): a commit lost a race; see `actual_head`.
+    Conflict,
+    /// `busy` (409): in use (a lock, a mount path); retrying may work.
+    Busy,
+    /// `stdin_closed` (409): the exec has no open stdin.
+    StdinClosed,
+    /// `uncommitted` (409): unmount without discard of a Workspace with
+    /// changes.
+    Uncommitted,
+    /// `mount_moved` (409): the mount path changed while being mounted.
+    MountMoved,
+    /// `internal` (500): the daemon failed.
+    Internal,
+    /// A code this version does not know, as sent.
+    Other(String),
+}
+
+impl ErrorCode {
+    /// The wire spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Busy => "busy",
+            ErrorCode::StdinClosed => "stdin_closed",
+            ErrorCode::Uncommitted => "uncommitted",
+            ErrorCode::MountMoved => "mount_moved",
+            ErrorCode::Internal => "internal",
+            ErrorCode::Other(s) => s,
+        }
+    }
+
+    /// From the wire spelling (anything unknown is [`ErrorCode::Other`]).
+    pub fn parse(s: &str) -> ErrorCode {
+        match s {
+            "invalid_input" => ErrorCode::InvalidInput,
+            "not_found" => ErrorCode::NotFound,
+            "conflict" => ErrorCode::Conflict,
+            "busy" => ErrorCode::Busy,
+            "stdin_closed" => ErrorCode::StdinClosed,
+            "uncommitted" => ErrorCode::Uncommitted,
+            "mount_moved" => ErrorCode::MountMoved,
+            "internal" => ErrorCode::Internal,
+            other => ErrorCode::Other(other.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorCode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(ErrorCode::parse(&s))
+    }
 }
 
 /// Name of a signal number (`SIGTERM`), or `SIG<n>`.
@@ -393,4 +603,51 @@ pub fn errno_name(e: i32) -> String {
         _ => return format!("E{e}"),
     };
     n.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The typed values keep the wire's exact strings (docs/api/openapi.yaml).
+    #[test]
+    fn typed_values_keep_their_wire_strings() {
+        let codes = [
+            (ErrorCode::InvalidInput, "invalid_input"),
+            (ErrorCode::NotFound, "not_found"),
+            (ErrorCode::Conflict, "conflict"),
+            (ErrorCode::Busy, "busy"),
+            (ErrorCode::StdinClosed, "stdin_closed"),
+            (ErrorCode::Uncommitted, "uncommitted"),
+            (ErrorCode::MountMoved, "mount_moved"),
+            (ErrorCode::Internal, "internal"),
+            (
+                ErrorCode::Other("from_the_future".into()),
+                "from_the_future",
+            ),
+        ];
+        for (c, s) in codes {
+            let j = serde_json::to_string(&c).unwrap();
+            assert_eq!(j, format!("\"{s}\""));
+            assert_eq!(serde_json::from_str::<ErrorCode>(&j).unwrap(), c);
+        }
+        for (o, s) in [
+            (Outcome::Committed, "committed"),
+            (Outcome::UpToDate, "up_to_date"),
+        ] {
+            assert_eq!(serde_json::to_value(o).unwrap(), s);
+            assert_eq!(o.to_string(), s);
+        }
+        let id: WorkspaceId = "w0123".into();
+        assert_eq!(serde_json::to_value(&id).unwrap(), "w0123");
+        assert_eq!(serde_json::from_str::<ExecId>("\"x9\"").unwrap(), "x9");
+        for (e, s) in [
+            (ExecState::Running, "running"),
+            (ExecState::Exited, "exited"),
+            (ExecState::Failed, "failed"),
+        ] {
+            assert_eq!(serde_json::to_value(e).unwrap(), s);
+            assert_eq!(e.to_string(), s);
+        }
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use crate::api::{ErrorBody, ErrorDetail};
+use crate::api::{ErrorBody, ErrorCode, ErrorDetail};
 
 /// The daemon could not start or serve.
 #[derive(Debug, thiserror::Error)]
@@ -33,11 +33,11 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             detail: ErrorDetail {
-                code: code.into(),
+                code,
                 message: message.into(),
                 hint: None,
                 actual_head: None,
@@ -50,16 +50,20 @@ impl ApiError {
         self
     }
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message)
     }
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, message)
     }
     pub fn busy(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "busy", message)
+        Self::new(StatusCode::CONFLICT, ErrorCode::Busy, message)
     }
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            message,
+        )
     }
 }
 
@@ -80,7 +84,7 @@ pub fn ws_error(e: strata_workspace::WsError) -> ApiError {
         } => {
             let mut a = ApiError::new(
                 StatusCode::CONFLICT,
-                "conflict",
+                ErrorCode::Conflict,
                 format!("branch {branch} moved: the workspace is based on {base} but the head is now {actual}; nothing was committed"),
             )
             .hint("unmount with discard and mount the branch again to continue from the new head");
@@ -108,7 +112,7 @@ fn store_status(s: &strata_store::StoreError, msg: String) -> ApiError {
         S::InvalidName { .. } | S::Invalid(_) | S::AmbiguousRef { .. } => ApiError::invalid(msg),
         S::Busy { .. } => ApiError::busy(msg).hint("retry shortly"),
         S::Conflict { actual, .. } => {
-            let mut a = ApiError::new(StatusCode::CONFLICT, "conflict", msg);
+            let mut a = ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg);
             a.detail.actual_head = Some(actual.to_hex());
             a
         }

@@ -422,22 +422,22 @@ impl Exec {
     pub fn status(&self) -> api::ExecStatus {
         let i = self.inner.lock();
         let (state, exit, failure) = match &i.end {
-            None => ("running", None, None),
-            Some(End::Exited(x)) => ("exited", Some(x.clone()), None),
-            Some(End::Failed(f)) => ("failed", None, Some(f.clone())),
+            None => (api::ExecState::Running, None, None),
+            Some(End::Exited(x)) => (api::ExecState::Exited, Some(x.clone()), None),
+            Some(End::Failed(f)) => (api::ExecState::Failed, None, Some(f.clone())),
         };
         let elapsed = i
             .finished_at
             .unwrap_or_else(Instant::now)
             .duration_since(self.started);
         api::ExecStatus {
-            id: self.id.clone(),
+            id: self.id.clone().into(),
             pid: self.pid,
-            state: state.into(),
+            state,
             exit,
             failure,
             argv: self.argv.clone(),
-            workspace: self.workspace.clone(),
+            workspace: self.workspace.clone().map(Into::into),
             elapsed_ms: elapsed.as_millis() as u64,
         }
     }
@@ -476,7 +476,7 @@ impl Exec {
         let me = self.clone();
         tokio::spawn(async move {
             let st = me.wait(Some(grace)).await;
-            if st.state == "running" {
+            if st.state == api::ExecState::Running {
                 tracing::info!(exec = %me.id, "cancel: grace over, SIGKILL");
                 me.signal_group(Signal::KILL);
             }

@@ -166,7 +166,7 @@ pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, Ap
     std::thread::spawn(move || drop(handle.join()));
     Err(ApiError::new(
         axum::http::StatusCode::CONFLICT,
-        "mount_moved",
+        crate::api::ErrorCode::MountMoved,
         format!(
             "mount path {} changed while it was mounted (the mount landed at {landed:?}): refused and detached",
             at.display()
@@ -278,7 +278,7 @@ pub(crate) fn recover(
                 let error = format!("mount record {name} names workspace {:?}", r.id);
                 tracing::error!(workspace = %stem, %error, "not recovered");
                 failed.push(UnrecoveredWorkspace {
-                    id: stem,
+                    id: stem.into(),
                     path: Some(r.path.display().to_string()),
                     error,
                 });
@@ -288,7 +288,7 @@ pub(crate) fn recover(
                 let error = format!("unreadable mount record {name}: {e}");
                 tracing::error!(workspace = %stem, %error, "not recovered");
                 failed.push(UnrecoveredWorkspace {
-                    id: stem,
+                    id: stem.into(),
                     path: None,
                     error,
                 });
@@ -303,7 +303,7 @@ pub(crate) fn recover(
             Err(error) => {
                 tracing::error!(workspace = %rec.id, path = %rec.path.display(), %error, "not recovered; its scratch is kept");
                 failed.push(UnrecoveredWorkspace {
-                    id: rec.id.clone(),
+                    id: rec.id.clone().into(),
                     path: Some(rec.path.display().to_string()),
                     error,
                 });

@@ -25,6 +25,7 @@ fn check(ok: bool, what: String) -> strata_sdk::Result<()> {
         Err(strata_sdk::Error::Backend {
             what: format!("flow check failed: {what}"),
             log_tail: String::new(),
+            source: None,
         })
     }
 }
@@ -123,6 +124,7 @@ pub async fn flow(dir: &std::path::Path) -> strata_sdk::Result<Vec<Step>> {
         return Err(strata_sdk::Error::Backend {
             what: format!("commit: {c:?}"),
             log_tail: String::new(),
+            source: None,
         });
     };
     lap(&mut steps, "commit", commit[..12].to_string());

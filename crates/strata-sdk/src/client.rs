@@ -12,7 +12,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use strata_daemon::api::ErrorBody;
+use strata_daemon::api::{ErrorBody, ErrorCode};
 
 use crate::error::{Error, Result};
 
@@ -157,9 +157,9 @@ impl DaemonClient {
         };
         let hint = d.hint.clone().unwrap_or_default();
         let what = format!("{}: {}", self.label, d.message);
-        match d.code.as_str() {
-            "not_found" => Error::NotFound { what, hint },
-            "conflict" => Error::Conflict {
+        match d.code {
+            ErrorCode::NotFound => Error::not_found(what, hint),
+            ErrorCode::Conflict => Error::Conflict {
                 what,
                 actual_head: d.actual_head.unwrap_or_default(),
                 hint: if hint.is_empty() {
@@ -167,10 +167,15 @@ impl DaemonClient {
                 } else {
                     hint
                 },
+                source: None,
             },
-            "busy" | "stdin_closed" | "uncommitted" => Error::Busy { what, hint },
-            "invalid_input" => Error::InvalidInput { what, hint },
-            _ => Error::backend(format!("{what} {hint}"), self.log_tail(20)),
+            ErrorCode::Busy | ErrorCode::StdinClosed | ErrorCode::Uncommitted => {
+                Error::busy(what, hint)
+            }
+            ErrorCode::InvalidInput => Error::invalid(what, hint),
+            ErrorCode::MountMoved | ErrorCode::Internal | ErrorCode::Other(_) => {
+                Error::backend(format!("{what} {hint}"), self.log_tail(20))
+            }
         }
     }
 }

@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+/// The cause of an [`Error`], kept for [`std::error::Error::source`]: the
+/// Store's, the Workspace layer's or the backend's own error value.
+pub type Source = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Result of every SDK call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -21,6 +25,9 @@ pub enum Error {
         what: String,
         /// What to do.
         hint: String,
+        /// The underlying error, if another layer reported it.
+        #[source]
+        source: Option<Source>,
     },
 
     /// A commit lost a race: the branch head moved to `actual_head`.
@@ -32,6 +39,9 @@ pub enum Error {
         actual_head: String,
         /// What to do (continue from `actual_head`).
         hint: String,
+        /// The underlying error, if another layer reported it.
+        #[source]
+        source: Option<Source>,
     },
 
     /// Something is in use (a lock, a mount path, an attached stream);
@@ -42,6 +52,9 @@ pub enum Error {
         what: String,
         /// What to do.
         hint: String,
+        /// The underlying error, if another layer reported it.
+        #[source]
+        source: Option<Source>,
     },
 
     /// The daemon refused the bearer token.
@@ -60,6 +73,9 @@ pub enum Error {
         what: String,
         /// How to fix it.
         hint: String,
+        /// The underlying error, if another layer reported it.
+        #[source]
+        source: Option<Source>,
     },
 
     /// The backend (Sandbox, daemon) failed; `log_tail` is the end of the
@@ -70,6 +86,9 @@ pub enum Error {
         what: String,
         /// The last lines of the daemon's log.
         log_tail: String,
+        /// The underlying error, if another layer reported it.
+        #[source]
+        source: Option<Source>,
     },
 
     /// The command of an exec never ran (e.g. ENOENT: the program is not in
@@ -102,7 +121,7 @@ pub enum Error {
 
     /// A Store error that has no better typed variant.
     #[error("store: {0}")]
-    Store(strata_store::StoreError),
+    Store(#[source] strata_store::StoreError),
 }
 
 impl Error {
@@ -118,6 +137,7 @@ impl Error {
         Error::Backend {
             what: what.into(),
             log_tail: log_tail.into(),
+            source: None,
         }
     }
 
@@ -125,6 +145,7 @@ impl Error {
         Error::InvalidInput {
             what: what.into(),
             hint: hint.into(),
+            source: None,
         }
     }
 
@@ -132,7 +153,41 @@ impl Error {
         Error::NotFound {
             what: what.into(),
             hint: hint.into(),
+            source: None,
         }
+    }
+
+    pub(crate) fn busy(what: impl Into<String>, hint: impl Into<String>) -> Error {
+        Error::Busy {
+            what: what.into(),
+            hint: hint.into(),
+            source: None,
+        }
+    }
+
+    /// The same error, with `cause` as its [`std::error::Error::source`]
+    /// (variants that carry their own typed source keep it).
+    pub(crate) fn caused_by(mut self, cause: impl Into<Source>) -> Error {
+        match &mut self {
+            Error::NotFound { source, .. }
+            | Error::Conflict { source, .. }
+            | Error::Busy { source, .. }
+            | Error::InvalidInput { source, .. }
+            | Error::Backend { source, .. } => *source = Some(cause.into()),
+            Error::Unauthorized { .. }
+            | Error::ExecFailed { .. }
+            | Error::Io { .. }
+            | Error::Store(_) => {}
+        }
+        self
+    }
+}
+
+impl From<strata_workspace::WsError> for Error {
+    /// A Workspace-layer failure of an offline Workspace (no daemon, so no
+    /// log tail), its message as the layer wrote it.
+    fn from(e: strata_workspace::WsError) -> Self {
+        Error::backend(e.to_string(), String::new()).caused_by(e)
     }
 }
 
@@ -141,27 +196,27 @@ impl From<strata_store::StoreError> for Error {
         use strata_store::StoreError as S;
         let msg = e.to_string();
         match e {
-            S::NotFound { .. } | S::NoStore { .. } => Error::NotFound {
-                what: msg,
-                hint: "check the name (list with Store::branches / Store::projects)".into(),
-            },
-            S::Busy { .. } => Error::Busy {
-                what: msg,
-                hint: "another process holds the Store's write lock; retry shortly".into(),
-            },
+            S::NotFound { .. } | S::NoStore { .. } => Error::not_found(
+                msg,
+                "check the name (list with Store::branches / Store::projects)",
+            )
+            .caused_by(e),
+            S::Busy { .. } => Error::busy(
+                msg,
+                "another process holds the Store's write lock; retry shortly",
+            )
+            .caused_by(e),
             S::Conflict { actual, .. } => Error::Conflict {
                 what: msg,
                 actual_head: actual.to_hex(),
                 hint: "re-read the branch and retry from the new head".into(),
+                source: Some(Box::new(e)),
             },
             S::InvalidName { .. }
             | S::Invalid(_)
             | S::AmbiguousRef { .. }
             | S::AlreadyExists { .. }
-            | S::NotAStore { .. } => Error::InvalidInput {
-                what: msg,
-                hint: "fix the argument and retry".into(),
-            },
+            | S::NotAStore { .. } => Error::invalid(msg, "fix the argument and retry").caused_by(e),
             other => Error::Store(other),
         }
     }

@@ -84,7 +84,7 @@ impl Output {
 #[derive(Debug, Clone)]
 pub struct ExecBuilder {
     pub(crate) client: DaemonClient,
-    pub(crate) workspace: String,
+    pub(crate) workspace: api::WorkspaceId,
     pub(crate) req: api::ExecRequest,
     pub(crate) env: BTreeMap<String, String>,
 }
@@ -150,7 +150,7 @@ impl ExecBuilder {
     pub async fn output(self) -> Result<Output> {
         let created = self.create().await?;
         let mut out = Output {
-            exec_id: created.id.clone(),
+            exec_id: created.id.to_string(),
             stdout: Vec::new(),
             stderr: Vec::new(),
             status: ExitStatus {
@@ -299,15 +299,43 @@ impl FrameStream {
     }
 }
 
-/// One output stream (stdout or stderr) of a spawned exec.
+/// How many chunks (each at most the daemon's 64 KiB frame) of one stream
+/// wait for a caller who does not read: beyond that, [`ExecHandle::attach`]'s
+/// reader stops reading the daemon's response, the daemon's own bounded
+/// buffer fills and the command blocks in `write` (back-pressure end to
+/// end, as with a pipe). So an unread stream holds at most ~1 MiB here.
+const STREAM_CHUNKS: usize = 16;
+
+/// One output stream (stdout or stderr) of a spawned exec: a
+/// [`futures_core::Stream`] of chunks and a [`tokio::io::AsyncRead`].
+///
+/// Its buffer is bounded: a command that writes more than ~1 MiB that
+/// nobody reads waits until it is read (see `STREAM_CHUNKS`). stdout and
+/// stderr share one connection to the daemon, so a caller that reads one
+/// stream to its end while the command floods the other must read both
+/// concurrently (`tokio::join!`), or drop the one it does not want (a
+/// dropped stream's output is discarded), as with the pipes of a child
+/// process.
 #[derive(Debug)]
 pub struct ExecStream {
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
+    /// What an `AsyncRead` caller has not consumed yet of the last chunk.
+    pending: Bytes,
 }
 
 impl ExecStream {
+    fn new(rx: mpsc::Receiver<Bytes>) -> ExecStream {
+        ExecStream {
+            rx,
+            pending: Bytes::new(),
+        }
+    }
+
     /// The next chunk, in the command's write order; `None` at the end.
     pub async fn next(&mut self) -> Option<Bytes> {
+        if !self.pending.is_empty() {
+            return Some(std::mem::take(&mut self.pending));
+        }
         self.rx.recv().await
     }
     /// Everything until the end.
@@ -320,12 +348,48 @@ impl ExecStream {
     }
 }
 
+impl futures_core::Stream for ExecStream {
+    type Item = Bytes;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Bytes>> {
+        if !self.pending.is_empty() {
+            return std::task::Poll::Ready(Some(std::mem::take(&mut self.pending)));
+        }
+        self.rx.poll_recv(cx)
+    }
+}
+
+impl tokio::io::AsyncRead for ExecStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::task::Poll;
+        while self.pending.is_empty() {
+            match self.rx.poll_recv(cx) {
+                // End of stream: a read of 0 bytes.
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Ready(Some(b)) => self.pending = b,
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let n = self.pending.len().min(buf.remaining());
+        let chunk = self.pending.split_to(n);
+        buf.put_slice(&chunk);
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// The stdin of a spawned exec (see [`ExecBuilder::stdin_pipe`]).
 /// Dropping it sends EOF.
 #[derive(Debug)]
 pub struct ExecStdin {
     client: DaemonClient,
-    id: String,
+    id: api::ExecId,
     closed: bool,
 }
 
@@ -380,7 +444,7 @@ impl Drop for ExecStdin {
 #[derive(Debug)]
 pub struct ExecHandle {
     client: DaemonClient,
-    id: String,
+    id: api::ExecId,
     pid: u32,
     /// stdout, in order. Take it with `handle.stdout.take()`.
     pub stdout: Option<ExecStream>,
@@ -435,19 +499,21 @@ impl ExecHandle {
     /// once what is buffered now has been read.
     pub async fn attach(&mut self, follow: bool) -> Result<()> {
         let mut stream = FrameStream::open(&self.client, &self.id, follow).await?;
-        let (otx, orx) = mpsc::unbounded_channel();
-        let (etx, erx) = mpsc::unbounded_channel();
+        let (otx, orx) = mpsc::channel(STREAM_CHUNKS);
+        let (etx, erx) = mpsc::channel(STREAM_CHUNKS);
         let (done_tx, done_rx) = oneshot::channel();
         let client = self.client.clone();
         let id = self.id.clone();
         tokio::spawn(async move {
             let end = loop {
                 match stream.next().await {
+                    // Waits while the caller's buffer is full: the
+                    // back-pressure. A dropped stream's output is discarded.
                     Ok(Some(Decoded::Stdout(b))) => {
-                        let _ = otx.send(b);
+                        let _ = otx.send(b).await;
                     }
                     Ok(Some(Decoded::Stderr(b))) => {
-                        let _ = etx.send(b);
+                        let _ = etx.send(b).await;
                     }
                     Ok(Some(Decoded::Exit(e))) => break Ok(e),
                     Ok(Some(Decoded::Failed(f))) => break Err(exec_failed(&id, f)),
@@ -464,8 +530,8 @@ impl ExecHandle {
             };
             let _ = done_tx.send(end);
         });
-        self.stdout = Some(ExecStream { rx: orx });
-        self.stderr = Some(ExecStream { rx: erx });
+        self.stdout = Some(ExecStream::new(orx));
+        self.stderr = Some(ExecStream::new(erx));
         self.done = Some(done_rx);
         Ok(())
     }
@@ -476,10 +542,9 @@ impl ExecHandle {
             .client
             .call(Method::GET, &format!("/v1/execs/{}", self.id), None::<&()>)
             .await?;
-        match (st.exit, st.failure) {
-            (Some(e), _) => Ok(Some(ExitStatus::from_api(e))),
-            (None, Some(f)) => Err(exec_failed(&self.id, f)),
-            (None, None) => Ok(None),
+        match st.state {
+            api::ExecState::Running => Ok(None),
+            _ => status_result(&self.id, st).map(Some),
         }
     }
 
@@ -542,12 +607,12 @@ impl ExecHandle {
 }
 
 fn status_result(id: &str, st: api::ExecStatus) -> Result<ExitStatus> {
-    match (st.exit, st.failure) {
-        (Some(e), _) => Ok(ExitStatus::from_api(e)),
-        (None, Some(f)) => Err(exec_failed(id, f)),
-        (None, None) => Err(Error::Busy {
-            what: format!("exec {id} is still running"),
-            hint: "wait longer or cancel it".into(),
-        }),
+    match (st.state, st.exit, st.failure) {
+        (api::ExecState::Exited, Some(e), _) => Ok(ExitStatus::from_api(e)),
+        (api::ExecState::Failed, _, Some(f)) => Err(exec_failed(id, f)),
+        _ => Err(Error::busy(
+            format!("exec {id} is still running"),
+            "wait longer or cancel it",
+        )),
     }
 }

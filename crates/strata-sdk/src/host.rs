@@ -21,6 +21,7 @@ use strata_daemon::api::{
 
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
+use crate::workspace::CommitOutcome;
 
 /// Where host mounts keep their state.
 #[derive(Clone, Debug)]
@@ -91,6 +92,7 @@ impl HostMount {
         let token = strata_daemon::read_token(&self.token_file).map_err(|e| Error::Backend {
             what: format!("workspace {}: cannot read its token: {e}", self.workspace),
             log_tail: String::new(),
+            source: None,
         })?;
         Ok(DaemonClient::new(
             self.socket.clone(),
@@ -111,6 +113,7 @@ impl HostMount {
                 self.workspace
             ),
             log_tail: strata_daemon::tail_file(&self.log_file, 20).unwrap_or_default(),
+            source: None,
         }
     }
 }
@@ -133,6 +136,7 @@ fn invalid(what: String, hint: &str) -> Error {
     Error::InvalidInput {
         what,
         hint: hint.to_string(),
+        source: None,
     }
 }
 
@@ -279,7 +283,7 @@ pub async fn mount(
         }
     };
     let m = HostMount {
-        workspace: info.id.clone(),
+        workspace: info.id.to_string(),
         mountpoint: mp,
         branch: info.branch,
         daemon_dir: ddir,
@@ -344,6 +348,7 @@ fn wait_marker(out_file: &Path, child: &mut std::process::Child, log: &Path) -> 
             Err(Error::Backend {
                 what: format!("the workspace daemon was not ready: {why}"),
                 log_tail: tail(),
+                source: None,
             })
         }
         Err(NotReady::Timeout) => {
@@ -352,6 +357,7 @@ fn wait_marker(out_file: &Path, child: &mut std::process::Child, log: &Path) -> 
             Err(Error::Backend {
                 what: "the workspace daemon did not report ready within 15 s".into(),
                 log_tail: tail(),
+                source: None,
             })
         }
     }
@@ -399,6 +405,7 @@ pub fn find(dirs: &HostDirs, workspace: &str) -> Result<HostMount> {
             dirs.records().display()
         ),
         hint: "list them with `strata ws list`".into(),
+        source: None,
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
         invalid(
@@ -423,20 +430,22 @@ pub async fn status(dirs: &HostDirs, m: &HostMount) -> Result<StatusResponse> {
 }
 
 /// Commit a live host mount; the mount continues from the new head.
-pub async fn commit(dirs: &HostDirs, m: &HostMount, message: &str) -> Result<CommitResponse> {
+pub async fn commit(dirs: &HostDirs, m: &HostMount, message: &str) -> Result<CommitOutcome> {
     if !m.alive() {
         return Err(m.dead_error(dirs));
     }
     let req = CommitRequest {
         message: message.to_string(),
     };
-    m.client()?
+    let r: CommitResponse = m
+        .client()?
         .call(
             Method::POST,
             &format!("/v1/workspaces/{}/commit", m.workspace),
             Some(&req),
         )
-        .await
+        .await?;
+    Ok(CommitOutcome::from_api(r))
 }
 
 /// Unmount (refusing uncommitted changes unless `discard`), stop the
@@ -460,6 +469,7 @@ pub async fn unmount(
                         "Commit them with `strata ws commit {} -m MSG`, or pass --discard to drop them",
                         m.workspace
                     ),
+                    source: None,
                 });
             }
         }
@@ -479,7 +489,7 @@ pub async fn unmount(
         }
     } else {
         let st = offline(store, dirs, m, allow_any_fs)?;
-        if !discard && !st.status().map_err(ws_err)?.is_empty() {
+        if !discard && !st.status()?.is_empty() {
             return Err(Error::Busy {
                 what: format!(
                     "workspace {} (its daemon died; uncommitted changes kept)",
@@ -489,9 +499,10 @@ pub async fn unmount(
                     "Commit them with `strata ws commit {} --offline -m MSG`, or pass --discard",
                     m.workspace
                 ),
+                source: None,
             });
         }
-        st.discard().map_err(ws_err)?;
+        st.discard()?;
         // The dead server's mount answers ENOTCONN: detach it.
         let _ = rustix::mount::unmount(&m.mountpoint, rustix::mount::UnmountFlags::DETACH);
     }
@@ -508,7 +519,7 @@ pub fn commit_offline(
     m: &HostMount,
     message: &str,
     allow_any_fs: bool,
-) -> Result<strata_workspace::CommitOutcome> {
+) -> Result<CommitOutcome> {
     if m.alive() {
         return Err(invalid(
             format!(
@@ -519,7 +530,10 @@ pub fn commit_offline(
         ));
     }
     let ws = offline(store, dirs, m, allow_any_fs)?;
-    ws.commit(message).map_err(ws_err)
+    Ok(match ws.commit(message)? {
+        strata_workspace::CommitOutcome::Committed(c) => CommitOutcome::Committed(c.to_hex()),
+        strata_workspace::CommitOutcome::UpToDate => CommitOutcome::UpToDate(ws.base().to_hex()),
+    })
 }
 
 fn offline(
@@ -528,20 +542,5 @@ fn offline(
     m: &HostMount,
     allow_any_fs: bool,
 ) -> Result<strata_workspace::Workspace> {
-    let s = strata_store::Store::open(
-        store,
-        &strata_store::StoreOptions {
-            allow_any_fs,
-            ..Default::default()
-        },
-    )?;
-    strata_workspace::Workspace::open(&s, &m.workspace, &dirs.scratch, &Default::default())
-        .map_err(ws_err)
-}
-
-fn ws_err(e: strata_workspace::WsError) -> Error {
-    Error::Backend {
-        what: e.to_string(),
-        log_tail: String::new(),
-    }
+    crate::workspaces::open_offline(store, &dirs.scratch, &m.workspace, allow_any_fs)
 }

@@ -7,6 +7,9 @@
 //!   mounted again with their uncommitted changes), close (B9), through
 //!   strata-sandbox's native backend or strata-docker's.
 //! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount.
+//! * [`workspaces`]: a Workspace by ID wherever it is served (host mount or
+//!   Sandbox), listing both, and opening one offline from its scratch.
+//! * [`probe`]: what this host offers strata, and a live self-check.
 //! * [`ExecBuilder`]: one command in a Workspace, as a nonroot uid with no
 //!   capabilities: `.output()` or `.spawn()` ([`ExecHandle`]: separate
 //!   stdout/stderr streams, stdin whose drop sends EOF, `wait`, `cancel`).
@@ -47,12 +50,14 @@ pub mod client;
 mod error;
 pub mod exec;
 pub mod host;
+pub mod probe;
 pub mod sandbox;
 mod store;
 mod workspace;
+pub mod workspaces;
 
 pub use client::DaemonClient;
-pub use error::{Error, Result};
+pub use error::{Error, Result, Source};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
 pub use sandbox::{
     Expose, Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState,

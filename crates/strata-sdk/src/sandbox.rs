@@ -182,11 +182,13 @@ fn backend_error(e: BackendError) -> Error {
         BackendError::NameTaken { .. } => Error::Busy {
             what: msg,
             hint: "names are never adopted: pick another name or close that Sandbox".into(),
+            source: None,
         },
         BackendError::Invalid { .. } => Error::invalid(msg, "fix the request and retry"),
         BackendError::WrongState { .. } => Error::Busy {
             what: msg,
             hint: "check Sandbox::state: only a stopped Sandbox restarts (Sandbox::restart); a running one needs nothing, or close it and create a new one".into(),
+            source: None,
         },
         BackendError::Step { log_tail, .. } | BackendError::NoMarker { log_tail, .. } => {
             Error::Backend {
@@ -196,6 +198,7 @@ fn backend_error(e: BackendError) -> Error {
                     .unwrap_or("")
                     .to_string(),
                 log_tail,
+                source: None,
             }
         }
         BackendError::State {
@@ -553,6 +556,7 @@ impl Sandbox {
                 dirty.join(", ")
             ),
             hint: "commit it (Workspace::commit, `strata ws commit WS -m MSG`) or close with discard (`strata sandbox rm --discard`)".into(),
+            source: None,
         })
     }
 
@@ -586,17 +590,18 @@ impl Sandbox {
             let ids = match strata_workspace::Workspace::list(&scratch) {
                 Ok(ids) => ids,
                 Err(_) if !scratch.exists() => return Ok(Vec::new()),
-                Err(e) => return Err(Error::backend(e.to_string(), String::new())),
+                Err(e) => return Err(e.into()),
             };
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let st = strata_store::Store::open(&store, &Default::default())?;
             let mut out = Vec::new();
             for id in ids {
-                match strata_workspace::Workspace::open(&st, &id, &scratch, &Default::default())
-                    .and_then(|w| w.status().map(|c| (w.branch().to_string(), c.len())))
-                {
+                let opened = crate::workspaces::open_offline(&store, &scratch, &id, false);
+                match opened.and_then(|w| {
+                    let c = w.status()?;
+                    Ok((w.branch().to_string(), c.len()))
+                }) {
                     Ok((_, 0)) => {}
                     Ok((b, n)) => out.push(format!("{id} ({b}, {n} changes)")),
                     Err(e) => out.push(format!("{id} (unreadable: {e})")),

@@ -27,6 +27,19 @@ pub enum CommitOutcome {
 }
 
 impl CommitOutcome {
+    /// From the daemon's response.
+    pub(crate) fn from_api(r: api::CommitResponse) -> CommitOutcome {
+        match r.outcome {
+            api::Outcome::Committed => CommitOutcome::Committed(r.commit),
+            api::Outcome::UpToDate => CommitOutcome::UpToDate(r.commit),
+        }
+    }
+
+    /// Whether a commit was published (the branch moved).
+    pub fn committed(&self) -> bool {
+        matches!(self, CommitOutcome::Committed(_))
+    }
+
     /// The commit id either way.
     pub fn commit(&self) -> &str {
         match self {
@@ -96,11 +109,7 @@ impl Workspace {
                 }),
             )
             .await?;
-        Ok(if r.outcome == "committed" {
-            CommitOutcome::Committed(r.commit)
-        } else {
-            CommitOutcome::UpToDate(r.commit)
-        })
+        Ok(CommitOutcome::from_api(r))
     }
 
     /// Unmount. Without `discard` it refuses ([`crate::Error::Busy`])

@@ -66,6 +66,7 @@ fn main() {
         }};
     }
     case!(spawn_streams_stdin_and_errors);
+    case!(an_unread_stream_holds_bounded_memory);
     case!(conflict_carries_the_actual_head);
     case!(names_labels_and_unknown_ids);
     case!(reopen_exec_close_from_another_process);
@@ -281,6 +282,96 @@ async fn spawn_streams_stdin_and_errors(dir: &std::path::Path) {
 
     ws.unmount(true).await.unwrap();
     sb.close().await.unwrap();
+}
+
+/// This process's resident set, in KiB (`VmRSS` in proc(5)'s
+/// /proc/PID/status).
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS in /proc/self/status")
+}
+
+/// A caller that spawns a command writing 256 MiB and does not read its
+/// stdout: the SDK buffers a bounded amount (its RSS stays within 32 MiB of
+/// where it was) and the command waits in `write` (still running); then
+/// reading drains it all, through `AsyncRead` for stdout and `Stream` for
+/// stderr, and the byte count is exact.
+async fn an_unread_stream_holds_bounded_memory(dir: &std::path::Path) {
+    use tokio::io::AsyncReadExt;
+    const TOTAL: u64 = 256 << 20;
+    let store = store_with_project(dir, "bounded").await;
+    let sb = Sandbox::create(spec(&store)).await.unwrap();
+    let ws = sb.mount("p/main", None).await.unwrap();
+    let rss0 = rss_kib();
+    let mut h = ws
+        .exec([
+            "sh",
+            "-c",
+            &format!("head -c {TOTAL} /dev/zero; echo done >&2"),
+        ])
+        .spawn()
+        .await
+        .unwrap();
+    let (mut out, mut err) = (h.stdout.take().unwrap(), h.stderr.take().unwrap());
+    // Nobody reads. Watch the RSS until it has not grown for 2 s (the
+    // buffers are full and the command waits), or 120 s pass; an
+    // unbounded buffer keeps growing until the command has written all.
+    let (mut peak, mut still) = (rss0, 0);
+    for _ in 0..480 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        let now = rss_kib();
+        if now > peak {
+            (peak, still) = (now, 0);
+        } else {
+            still += 1;
+            if still == 8 {
+                break;
+            }
+        }
+    }
+    println!(
+        "  unread: RSS {rss0} KiB -> peak {peak} KiB (+{} KiB)",
+        peak - rss0
+    );
+    assert!(
+        peak < rss0 + 32 * 1024,
+        "RSS grew from {rss0} KiB to {peak} KiB while nobody read the stream"
+    );
+    assert!(
+        h.try_status().await.unwrap().is_none(),
+        "the command finished writing {TOTAL} bytes that nobody read: no back-pressure"
+    );
+    let reader = async {
+        let (mut n, mut buf) = (0u64, vec![0u8; 1 << 16]);
+        loop {
+            let k = out.read(&mut buf).await.unwrap();
+            if k == 0 {
+                break n;
+            }
+            assert!(buf[..k].iter().all(|&b| b == 0), "a byte that is not 0");
+            n += k as u64;
+        }
+    };
+    let errs = async {
+        let mut v = Vec::new();
+        while let Some(b) = std::future::poll_fn(|cx| {
+            futures_core::Stream::poll_next(std::pin::Pin::new(&mut err), cx)
+        })
+        .await
+        {
+            v.extend_from_slice(&b);
+        }
+        v
+    };
+    let (n, e) = tokio::join!(reader, errs);
+    assert_eq!(n, TOTAL);
+    assert_eq!(e, b"done\n");
+    assert!(h.wait().await.unwrap().success());
+    ws.unmount(true).await.unwrap();
+    sb.close_discard().await.unwrap();
 }
 
 async fn conflict_carries_the_actual_head(dir: &std::path::Path) {
