@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 use strata_server::{Listen, ServerState, TokenStore};
 
-use crate::commands::Ctx;
+use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
