@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{s, write, Env};
+use common::{entry_names, s, write, Env};
 use std::os::unix::fs::FileTypeExt;
 
 fn contains(stderr: &str, needle: &str) {
@@ -328,13 +328,7 @@ fn sockets_are_skipped_with_a_warning_and_fifos_recorded() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["warnings"].as_array().unwrap().len(), 1, "{v}");
     let ls = env.json(&["ls", "p/main"]);
-    let names: Vec<&str> = ls
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, vec!["keep.txt", "pipe"]);
+    assert_eq!(entry_names(&ls), vec!["keep.txt", "pipe"]);
     assert_eq!(ls[1]["type"], "fifo");
     let dest = env.path("out");
     env.json(&["export", "p/main", s(&dest)]);

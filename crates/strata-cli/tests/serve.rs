@@ -9,7 +9,7 @@ mod serve_common;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use common::Env;
+use common::{entry_names, Env};
 use serde_json::json;
 use serve_common::*;
 
@@ -51,78 +51,44 @@ fn a_change_set_is_one_commit_read_back_through_the_api_and_the_store() {
     );
     assert_eq!(env.ok(&["cat", "web/main", "bin/tool"]), bin);
     let ls = env.json(&["ls", "web/main"]);
-    let names: Vec<&str> = ls
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["bin", "empty", "latest", "src"]);
+    assert_eq!(entry_names(&ls), ["bin", "empty", "latest", "src"]);
     let log = env.json(&["log", "web/main", "-n", "1"]);
     assert_eq!(log[0]["message"], "via api");
     assert_eq!(log[0]["metadata"]["strata.serve.token"], id.as_str());
 
     // And through the API: cat (whole and a range), stat, ls, log, diff.
-    let r = s.req(
-        "GET",
-        "/v1/projects/web/cat?ref=main&path=bin/tool",
-        Some(&t),
-        None,
-    );
+    let r = s.get("/v1/projects/web/cat?ref=main&path=bin/tool", &t);
     assert_eq!(r.status, 200);
     assert_eq!(r.body, bin);
-    let r = s.raw(
-        "GET",
+    let r = s.get_range(
         "/v1/projects/web/cat?ref=main&path=bin/tool",
-        Some(&t),
-        None,
-        "",
-        &[("Range", "bytes=1000-1999")],
+        &t,
+        "bytes=1000-1999",
     );
     assert_eq!(r.status, 206, "{}", r.text());
     assert_eq!(r.body, &bin[1000..2000]);
     assert_eq!(r.header("content-range"), Some("bytes 1000-1999/300000"));
-    let r = s.raw(
-        "GET",
+    let r = s.get_range(
         "/v1/projects/web/cat?ref=main&path=bin/tool",
-        Some(&t),
-        None,
-        "",
-        &[("Range", "bytes=300000-")],
+        &t,
+        "bytes=300000-",
     );
     assert_eq!(r.status, 416, "{}", r.text());
-    let r = s.req(
-        "GET",
+    let r = s.get(
         &format!("/v1/projects/web/stat?ref={}&path=bin/tool", &c1[..12]),
-        Some(&t),
-        None,
+        &t,
     );
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.json()["mode"], 0o755);
     assert_eq!(r.json()["size"], 300_000);
     assert_eq!(r.json()["type"], "file");
-    let r = s.req(
-        "GET",
-        "/v1/projects/web/stat?ref=main&path=latest",
-        Some(&t),
-        None,
-    );
+    let r = s.get("/v1/projects/web/stat?ref=main&path=latest", &t);
     assert_eq!(r.json()["target"], "src/index.html");
-    let r = s.req(
-        "GET",
-        "/v1/projects/web/ls?ref=main&path=src",
-        Some(&t),
-        None,
-    );
+    let r = s.get("/v1/projects/web/ls?ref=main&path=src", &t);
     assert_eq!(r.json()["entries"][0]["name"], "index.html");
-    let r = s.req("GET", "/v1/projects/web/log?ref=main", Some(&t), None);
+    let r = s.get("/v1/projects/web/log?ref=main", &t);
     assert_eq!(r.json()["commits"].as_array().unwrap().len(), 2);
-    let r = s.req(
-        "GET",
-        &format!("/v1/projects/web/diff?from={h0}&to=main"),
-        Some(&t),
-        None,
-    );
+    let r = s.get(&format!("/v1/projects/web/diff?from={h0}&to=main"), &t);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("\"src/index.html\""), "{}", r.text());
 
@@ -184,7 +150,7 @@ fn a_change_set_is_one_commit_read_back_through_the_api_and_the_store() {
     );
     assert_eq!(r.status, 201, "{}", r.text());
     assert_eq!(env.ok(&["cat", "web/agent-1", "src/index.html"]), b"v2");
-    let r = s.req("GET", "/v1/projects/web/branches", Some(&t), None);
+    let r = s.get("/v1/projects/web/branches", &t);
     assert_eq!(r.json()["branches"].as_array().unwrap().len(), 2);
     let r = s.req(
         "DELETE",
@@ -214,7 +180,7 @@ fn a_scoped_token_sees_and_touches_only_its_projects() {
     assert_eq!(r.status, 201, "{}", r.text());
     let b1 = r.json()["commit"].as_str().unwrap().to_string();
 
-    let r = s.req("GET", "/v1/projects", Some(&scoped), None);
+    let r = s.get("/v1/projects", &scoped);
     assert_eq!(r.json()["projects"], json!(["a"]));
     for path in [
         "/v1/projects/b/branches".to_string(),
@@ -224,13 +190,13 @@ fn a_scoped_token_sees_and_touches_only_its_projects() {
         format!("/v1/projects/a/cat?ref={b1}&path=secret"),
         format!("/v1/projects/a/log?ref={}", &b1[..10]),
     ] {
-        let r = s.req("GET", &path, Some(&scoped), None);
+        let r = s.get(&path, &scoped);
         assert_eq!(r.status, 404, "{path}: {}", r.text());
         assert!(!r.text().contains("b's"));
     }
     // Out of scope reads exactly like a project that does not exist.
-    let r1 = s.req("GET", "/v1/projects/b/branches", Some(&scoped), None);
-    let r2 = s.req("GET", "/v1/projects/zz/branches", Some(&admin), None);
+    let r1 = s.get("/v1/projects/b/branches", &scoped);
+    let r2 = s.get("/v1/projects/zz/branches", &admin);
     assert_eq!(r1.text(), r2.text().replace("zz", "b"));
     // It cannot write there, branch there, or fork b's history into a.
     let r = commit(
@@ -275,12 +241,7 @@ fn a_scoped_token_sees_and_touches_only_its_projects() {
         json!([{"op": "put", "path": "f", "content": "a's"}]),
     );
     assert_eq!(r.status, 201, "{}", r.text());
-    let r = s.req(
-        "GET",
-        &format!("/v1/projects/a/log?ref={}", &ha[..8]),
-        Some(&scoped),
-        None,
-    );
+    let r = s.get(&format!("/v1/projects/a/log?ref={}", &ha[..8]), &scoped);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(env.ok(&["cat", "a/main", "f"]), b"a's");
 }
@@ -316,7 +277,7 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
     let r = s.req("GET", "/v1/openapi.json", None, None);
     assert_eq!(r.status, 401);
     env.ok(&["token", "revoke", &id]);
-    let r = s.req("GET", "/v1/projects", Some(&t), None);
+    let r = s.get("/v1/projects", &t);
     assert_eq!(r.status, 401, "a revoked token still works: {}", r.text());
     let (t, _) = token(&env, &[]);
 
@@ -338,23 +299,9 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
     );
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.text().contains("colour"), "{}", r.text());
-    let r = s.raw(
-        "POST",
-        "/v1/projects",
-        Some(&t),
-        Some(br#"{"name":"q"}"#),
-        "text/plain",
-        &[],
-    );
+    let r = s.post("/v1/projects", &t, br#"{"name":"q"}"#, "text/plain");
     assert_eq!(r.status, 415, "{}", r.text());
-    let r = s.raw(
-        "POST",
-        "/v1/projects",
-        Some(&t),
-        Some(b"{\"name\":"),
-        "application/json",
-        &[],
-    );
+    let r = s.post("/v1/projects", &t, b"{\"name\":", "application/json");
     assert_eq!(r.status, 400, "{}", r.text());
     assert_eq!(r.json()["error"]["code"], "invalid_json");
     env.fails(&["log", "q/main"], 1);
@@ -459,7 +406,7 @@ fn bad_requests_get_4xx_with_an_error_body_and_never_a_5xx() {
     }
     assert!(seen.contains(&400) && seen.contains(&422), "{seen:?}");
     // The server still answers, and the branch is where it was.
-    let r = s.req("GET", "/v1/projects/p/branches", Some(&t), None);
+    let r = s.get("/v1/projects/p/branches", &t);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(head(&env, "p/main"), c1);
     let out = env.json(&["fsck"]);
@@ -509,7 +456,7 @@ fn tokens_survive_a_killed_server_and_tcp_is_loopback_only() {
     s.child.kill().unwrap();
     s.child.wait().unwrap();
     let s = Server::unix(&env);
-    let r = s.req("GET", "/v1/projects/w/branches", Some(&t), None);
+    let r = s.get("/v1/projects/w/branches", &t);
     assert_eq!(r.status, 200, "{}", r.text());
     // A second server on the same live socket is refused.
     let out = env
@@ -552,7 +499,7 @@ fn the_served_openapi_document_is_the_checked_in_one() {
     let env = Env::new();
     let (t, _) = token(&env, &[]);
     let s = Server::unix(&env);
-    let r = s.req("GET", "/v1/openapi.json", Some(&t), None);
+    let r = s.get("/v1/openapi.json", &t);
     assert_eq!(r.status, 200);
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api/server-openapi.json");
     let checked_in = std::fs::read_to_string(&file).unwrap_or_default();
@@ -588,7 +535,7 @@ fn a_commit_exports_as_tar_and_a_tar_imports_as_one_commit() {
     let c1 = r.json()["commit"].as_str().unwrap().to_string();
 
     // Export, unpack with the system's tar, compare bytes and modes.
-    let r = s.req("GET", "/v1/projects/t/tar?ref=main", Some(&t), None);
+    let r = s.get("/v1/projects/t/tar?ref=main", &t);
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(r.header("content-type"), Some("application/x-tar"));
     let archive = env.path("out.tar");
@@ -635,14 +582,7 @@ fn a_commit_exports_as_tar_and_a_tar_imports_as_one_commit() {
         .unwrap();
     assert!(tarball.status.success());
     let path = format!("/v1/projects/t/branches/main/tar?expected_head={c1}&message=imp");
-    let r = s.raw(
-        "POST",
-        &path,
-        Some(&t),
-        Some(&tarball.stdout),
-        "application/x-tar",
-        &[],
-    );
+    let r = s.post(&path, &t, &tarball.stdout, "application/x-tar");
     assert_eq!(r.status, 201, "{}", r.text());
     let c2 = r.json()["commit"].as_str().unwrap().to_string();
     assert_eq!(head(&env, "t/main"), c2);
@@ -650,13 +590,7 @@ fn a_commit_exports_as_tar_and_a_tar_imports_as_one_commit() {
     assert_eq!(env.ok(&["cat", "t/main", "top"]), &bin[..1000]);
     env.fails(&["cat", "t/main", "run.sh"], 1);
     let ls = env.json(&["ls", "t/main"]);
-    let names: Vec<&str> = ls
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["ln", "top", "x"]);
+    assert_eq!(entry_names(&ls), ["ln", "top", "x"]);
 
     // Entries that climb out ("../f", "/abs"): 400, nothing written.
     std::fs::write(src.join("f"), b"evil").unwrap();
@@ -669,50 +603,22 @@ fn a_commit_exports_as_tar_and_a_tar_imports_as_one_commit() {
             .unwrap();
         assert!(evil.status.success());
         let p = format!("/v1/projects/t/branches/main/tar?expected_head={c2}");
-        let r = s.raw(
-            "POST",
-            &p,
-            Some(&t),
-            Some(&evil.stdout),
-            "application/x-tar",
-            &[],
-        );
+        let r = s.post(&p, &t, &evil.stdout, "application/x-tar");
         assert_eq!(r.status, 400, "{transform}: {}", r.text());
         assert_eq!(head(&env, "t/main"), c2);
     }
 
     // A stale head: 409, nothing written; not a tar: 415; garbage: 400.
     let stale = format!("/v1/projects/t/branches/main/tar?expected_head={c1}");
-    let r = s.raw(
-        "POST",
-        &stale,
-        Some(&t),
-        Some(&tarball.stdout),
-        "application/x-tar",
-        &[],
-    );
+    let r = s.post(&stale, &t, &tarball.stdout, "application/x-tar");
     assert_eq!(r.status, 409, "{}", r.text());
     assert_eq!(r.json()["error"]["actual_head"], c2.as_str());
     let fresh = format!("/v1/projects/t/branches/main/tar?expected_head={c2}");
-    let r = s.raw(
-        "POST",
-        &fresh,
-        Some(&t),
-        Some(&tarball.stdout),
-        "application/json",
-        &[],
-    );
+    let r = s.post(&fresh, &t, &tarball.stdout, "application/json");
     assert_eq!(r.status, 415, "{}", r.text());
     let mut evil = tarball.stdout.clone();
     evil[..100].copy_from_slice(&[b'A'; 100]);
-    let r = s.raw(
-        "POST",
-        &fresh,
-        Some(&t),
-        Some(&evil[..700]),
-        "application/x-tar",
-        &[],
-    );
+    let r = s.post(&fresh, &t, &evil[..700], "application/x-tar");
     assert!(r.status == 400, "{} {}", r.status, r.text());
     assert_eq!(head(&env, "t/main"), c2);
 }
@@ -731,7 +637,7 @@ fn concurrent_clients_on_one_branch_lose_no_commit() {
         for c in 0..8 {
             let (s, t, conflicts) = (&s, &t, &conflicts);
             sc.spawn(move || {
-                let r = s.req("GET", "/v1/projects/c/branches", Some(t), None);
+                let r = s.get("/v1/projects/c/branches", t);
                 let mut head = r.json()["branches"][0]["head"].as_str().unwrap().to_string();
                 for i in 0..5 {
                     loop {

@@ -73,19 +73,26 @@ fn pid_namespace_shows_only_the_sandbox() {
     );
     assert!(pids.len() <= 2, "too many processes visible: {pids:?}");
     // Root in the Sandbox (the daemon's role) sees PID 1.
-    let s = probe(&["ls", "/proc"]);
-    let child = SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
-        .init_exe(PROBE)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let (o, out, _) = child.wait_with_output().expect("run");
+    let (o, out) = run_probe_as_root(&["ls", "/proc"]);
     assert_eq!(o, Outcome::Exited(0));
     let out = String::from_utf8_lossy(&out);
     assert!(
         out.lines().any(|l| l == "1"),
         "root does not see PID 1: {out}"
     );
+}
+
+/// Runs the probe with `args` as root in the Sandbox (the daemon's role,
+/// `SandboxCommand::privileged`) and returns its outcome and stdout.
+fn run_probe_as_root(args: &[&str]) -> (Outcome, Vec<u8>) {
+    let s = probe(args);
+    let child = SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
+        .init_exe(PROBE)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (o, out, _) = child.wait_with_output().expect("run");
+    (o, out)
 }
 
 #[test]
@@ -118,13 +125,7 @@ fn host_root_is_read_only_and_tmp_is_private() {
         "/usr/strata-sandbox-rofs-check",
         "/strata-sandbox-rofs-check",
     ] {
-        let s = probe(&["try-create", p]);
-        let child = SandboxCommand::privileged(default_config(), s.argv, s.env, s.cwd)
-            .init_exe(PROBE)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let (o, out, _) = child.wait_with_output().expect("run");
+        let (o, out) = run_probe_as_root(&["try-create", p]);
         assert_eq!(o, Outcome::Exited(0));
         assert_eq!(
             String::from_utf8_lossy(&out).trim(),

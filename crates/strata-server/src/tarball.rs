@@ -8,7 +8,7 @@
 //! contents the branch's whole next tree, by compare-and-swap on
 //! `expected_head`, like a change set.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -28,7 +28,7 @@ use crate::api::{CommitResponse, ErrorBody, PathQuery};
 use crate::error::ApiError;
 use crate::routes::{blocking, resolve_in, ApiPath, ApiQuery, AppResult, St};
 use crate::scope::Caller;
-use crate::write::TOKEN_METADATA;
+use crate::write::{check_head, commit_edits};
 
 /// Content type of both directions.
 pub const TAR: &str = "application/x-tar";
@@ -344,33 +344,11 @@ pub(crate) async fn import(
             ))
         })?;
         let _session = store.write_session()?;
-        let actual = store.branch_head(&b)?;
-        if actual != expected {
-            return Err(StoreError::Conflict {
-                project: b.project.clone(),
-                branch: b.branch.clone(),
-                expected,
-                actual,
-            }
-            .into());
-        }
+        check_head(&store, &b, expected)?;
         let edits = tar_edits(&store, &body)?;
         let empty = store.write_tree(Vec::new())?;
-        let tree = store.edit_tree(empty, &edits).map_err(|e| match e {
-            StoreError::NotFound { .. } => ApiError::invalid(format!("{e}; nothing was written")),
-            other => other.into(),
-        })?;
         let message = q.message.unwrap_or_else(|| "import a tar stream".into());
-        let mut meta = BTreeMap::new();
-        meta.insert(TOKEN_METADATA.to_string(), caller.token_id.clone());
-        let commit = store.commit_tree(&b, expected, tree, &message, meta)?;
-        Ok(CommitResponse {
-            project: b.project,
-            branch: b.branch,
-            commit: commit.to_hex(),
-            tree: tree.to_hex(),
-            parent: expected.to_hex(),
-        })
+        commit_edits(&store, b, expected, empty, &edits, &message, &caller)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(resp)))

@@ -13,7 +13,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use base64::Engine;
-use strata_store::{BranchRef, EditOp, EntryKind, ObjectId, StoreError, TreeEdit};
+use strata_store::{BranchRef, EditOp, EntryKind, ObjectId, Store, StoreError, TreeEdit};
 
 use crate::api::{Change, ChangeSet, CommitResponse, ErrorBody};
 use crate::error::ApiError;
@@ -67,16 +67,7 @@ pub(crate) async fn commit(
             ));
         }
         let _session = store.write_session()?;
-        let actual = store.branch_head(&b)?;
-        if actual != expected {
-            return Err(StoreError::Conflict {
-                project: b.project.clone(),
-                branch: b.branch.clone(),
-                expected,
-                actual,
-            }
-            .into());
-        }
+        check_head(&store, &b, expected)?;
         let base_tree = store.read_commit(expected)?.tree;
         let mut edits = Vec::with_capacity(set.changes.len());
         for (i, c) in set.changes.into_iter().enumerate() {
@@ -145,26 +136,56 @@ pub(crate) async fn commit(
             };
             edits.push(edit);
         }
-        let tree = store.edit_tree(base_tree, &edits).map_err(|e| match e {
-            // A delete or chmod of a missing path is a bad change set, not
-            // a missing resource of the URL.
-            StoreError::NotFound { .. } => {
-                ApiError::invalid(format!("{e}; nothing was written"))
-            }
-            other => other.into(),
-        })?;
         let message = set.message.unwrap_or_else(|| "commit via strata serve".into());
-        let mut meta = BTreeMap::new();
-        meta.insert(TOKEN_METADATA.to_string(), caller.token_id.clone());
-        let commit = store.commit_tree(&b, expected, tree, &message, meta)?;
-        Ok(CommitResponse {
-            project: b.project,
-            branch: b.branch,
-            commit: commit.to_hex(),
-            tree: tree.to_hex(),
-            parent: expected.to_hex(),
-        })
+        commit_edits(&store, b, expected, base_tree, &edits, &message, &caller)
     })
     .await?;
     Ok((StatusCode::CREATED, Json(resp)))
+}
+
+/// The compare-and-swap precondition of every write: the branch's head is
+/// still `expected`, else 409 with the actual head. Called under the
+/// caller's write session.
+pub(crate) fn check_head(store: &Store, b: &BranchRef, expected: ObjectId) -> AppResult<()> {
+    let actual = store.branch_head(b)?;
+    if actual != expected {
+        return Err(StoreError::Conflict {
+            project: b.project.clone(),
+            branch: b.branch.clone(),
+            expected,
+            actual,
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// Applies `edits` to `base_tree` and publishes the result as the
+/// branch's next commit by compare-and-swap on `expected`, recording the
+/// caller's token in the commit metadata (`TOKEN_METADATA`).
+pub(crate) fn commit_edits(
+    store: &Store,
+    b: BranchRef,
+    expected: ObjectId,
+    base_tree: ObjectId,
+    edits: &[TreeEdit],
+    message: &str,
+    caller: &Caller,
+) -> AppResult<CommitResponse> {
+    let tree = store.edit_tree(base_tree, edits).map_err(|e| match e {
+        // A delete or chmod of a missing path is a bad change set, not
+        // a missing resource of the URL.
+        StoreError::NotFound { .. } => ApiError::invalid(format!("{e}; nothing was written")),
+        other => other.into(),
+    })?;
+    let mut meta = BTreeMap::new();
+    meta.insert(TOKEN_METADATA.to_string(), caller.token_id.clone());
+    let commit = store.commit_tree(&b, expected, tree, message, meta)?;
+    Ok(CommitResponse {
+        project: b.project,
+        branch: b.branch,
+        commit: commit.to_hex(),
+        tree: tree.to_hex(),
+        parent: expected.to_hex(),
+    })
 }

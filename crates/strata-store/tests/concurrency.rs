@@ -31,16 +31,7 @@ fn parallel_writers_lose_nothing() {
                         let attempt = (|| -> Result<ObjectId> {
                             let _s = s.write_session()?;
                             let c = s.write_file_bytes(&body, None)?;
-                            let t = s.write_tree(vec![TreeEntry {
-                                name: b"f".to_vec(),
-                                kind: EntryKind::File(c),
-                                mode: 0o644,
-                                uid: 0,
-                                gid: 0,
-                                mtime_ns: 0,
-                                xattrs: vec![],
-                                link_group: 0,
-                            }])?;
+                            let t = s.write_tree(vec![file_entry("f", c)])?;
                             let head = s.branch_head(&b)?;
                             s.commit_tree(&b, head, t, &format!("{i}"), BTreeMap::new())
                         })();

@@ -27,19 +27,6 @@ fn bounded<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static
         .unwrap_or_else(|e| panic!("{what}: no answer within 5 s (hang guard): {e}"))
 }
 
-fn file_entry(name: &str, c: FileContent) -> TreeEntry {
-    TreeEntry {
-        name: name.as_bytes().to_vec(),
-        kind: EntryKind::File(c),
-        mode: 0o644,
-        uid: 0,
-        gid: 0,
-        mtime_ns: 0,
-        xattrs: vec![],
-        link_group: 0,
-    }
-}
-
 /// Commit a tree holding one file `f` with content `c` on p/main.
 fn commit_file(store: &Store, c: FileContent) -> ObjectId {
     if store.resolve("p/main").is_err() {

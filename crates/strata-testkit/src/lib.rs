@@ -8,6 +8,8 @@
 //! * [`docker`]: the docker tests' set-up (a Docker Engine, the static
 //!   binaries the containers run, a busybox image imported without a
 //!   registry), for strata-docker's and strata-sdk's docker tests.
+//! * [`http`]: a parsed HTTP/1.1 response, for the tests that speak to
+//!   `strata serve` (strata-cli) and to the daemon endpoint (strata-daemon).
 //!
 //! Nothing here skips: a test whose set-up is missing FAILS with the
 //! reason and what to do.
@@ -16,3 +18,4 @@
 
 pub mod contract;
 pub mod docker;
+pub mod http;

@@ -102,6 +102,15 @@ impl Env {
 }
 
 /// A 64-digit lowercase hex id.
+/// The `name` of each entry of a `strata ls --json` listing, in order.
+pub fn entry_names(ls: &Value) -> Vec<&str> {
+    ls.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect()
+}
+
 pub fn is_id(v: &Value) -> bool {
     v.as_str()
         .is_some_and(|s| s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit()))

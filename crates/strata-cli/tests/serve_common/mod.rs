@@ -8,6 +8,7 @@ use std::process::{Child, Stdio};
 use serde_json::{json, Value};
 
 use crate::common::{Env, BIN};
+pub use strata_testkit::http::{parse, Resp};
 
 /// A running `strata serve`, killed on drop.
 pub struct Server {
@@ -49,6 +50,21 @@ impl Server {
     pub fn req(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Resp {
         let b = body.map(|v| serde_json::to_vec(v).unwrap());
         self.raw(method, path, token, b.as_deref(), "application/json", &[])
+    }
+
+    /// GET with a token and no body.
+    pub fn get(&self, path: &str, token: &str) -> Resp {
+        self.req("GET", path, Some(token), None)
+    }
+
+    /// POST raw bytes with a given content type and no extra headers.
+    pub fn post(&self, path: &str, token: &str, body: &[u8], ctype: &str) -> Resp {
+        self.raw("POST", path, Some(token), Some(body), ctype, &[])
+    }
+
+    /// GET with a `Range` header.
+    pub fn get_range(&self, path: &str, token: &str, range: &str) -> Resp {
+        self.raw("GET", path, Some(token), None, "", &[("Range", range)])
     }
 
     pub fn raw(
@@ -101,79 +117,6 @@ pub fn exchange<S: Read + Write>(mut s: S, bytes: &[u8]) -> Vec<u8> {
     let mut raw = Vec::new();
     let _ = s.read_to_end(&mut raw);
     raw
-}
-
-#[derive(Debug)]
-pub struct Resp {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Resp {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-    pub fn header(&self, k: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-pub fn parse(raw: &[u8]) -> Resp {
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("no HTTP head in {:?}", String::from_utf8_lossy(raw)));
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut rest = &raw[split + 4..];
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked {
-        let mut out = Vec::new();
-        loop {
-            let nl = rest
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .expect("chunk size");
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
-                .unwrap();
-            rest = &rest[nl + 2..];
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        out
-    } else {
-        rest.to_vec()
-    };
-    Resp {
-        status,
-        headers,
-        body,
-    }
 }
 
 pub fn token(env: &Env, projects: &[&str]) -> (String, String) {

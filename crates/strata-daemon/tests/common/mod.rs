@@ -261,22 +261,7 @@ impl Output {
     }
 }
 
-#[derive(Debug)]
-pub struct Resp {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Resp {
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-    pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
-    }
-}
+pub use strata_testkit::http::Resp;
 
 /// One HTTP/1.1 request with `Connection: close`; decodes chunked bodies.
 pub fn raw_request(
@@ -315,51 +300,5 @@ pub fn raw_request(
     }
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("header end");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status: u16 = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut rest = &raw[split + 4..];
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
-    let body = if chunked {
-        let mut out = Vec::new();
-        loop {
-            let nl = rest
-                .windows(2)
-                .position(|w| w == b"\r\n")
-                .expect("chunk size");
-            let size = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16)
-                .unwrap();
-            rest = &rest[nl + 2..];
-            if size == 0 {
-                break;
-            }
-            out.extend_from_slice(&rest[..size]);
-            rest = &rest[size + 2..];
-        }
-        out
-    } else {
-        rest.to_vec()
-    };
-    Resp {
-        status,
-        headers,
-        body,
-    }
+    strata_testkit::http::parse(&raw)
 }

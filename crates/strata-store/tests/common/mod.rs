@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 use std::path::Path;
-use strata_store::{Store, StoreOptions};
+use strata_store::{EntryKind, FileContent, Store, StoreOptions, TreeEntry};
 
 /// Deterministic pseudo-random bytes (xorshift64*).
 pub fn seeded_bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -22,4 +22,19 @@ pub fn new_store(dir: &Path) -> Store {
 
 pub fn new_store_opts(dir: &Path, opts: &StoreOptions) -> Store {
     Store::create(&dir.join("store"), opts).expect("create store")
+}
+
+/// A tree entry for a regular file `name` with content `c`: mode 0644,
+/// owned by root, mtime 0, no xattrs.
+pub fn file_entry(name: &str, c: FileContent) -> TreeEntry {
+    TreeEntry {
+        name: name.as_bytes().to_vec(),
+        kind: EntryKind::File(c),
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        mtime_ns: 0,
+        xattrs: vec![],
+        link_group: 0,
+    }
 }
