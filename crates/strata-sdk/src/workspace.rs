@@ -17,6 +17,19 @@ pub struct Change {
     pub kind: String,
 }
 
+impl From<api::ChangeEntry> for Change {
+    /// The exact bytes from `path_b64`; the lossy `path` only if a daemon
+    /// sent no valid base64.
+    fn from(c: api::ChangeEntry) -> Self {
+        Change {
+            path: base64::engine::general_purpose::STANDARD
+                .decode(&c.path_b64)
+                .unwrap_or_else(|_| c.path.into_bytes()),
+            kind: c.kind,
+        }
+    }
+}
+
 /// Result of [`Workspace::commit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommitOutcome {
@@ -83,17 +96,7 @@ impl Workspace {
                 None::<&()>,
             )
             .await?;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        Ok(st
-            .changes
-            .into_iter()
-            .map(|c| Change {
-                path: b64
-                    .decode(&c.path_b64)
-                    .unwrap_or_else(|_| c.path.into_bytes()),
-                kind: c.kind,
-            })
-            .collect())
+        Ok(st.changes.into_iter().map(Change::from).collect())
     }
 
     /// Publish the changes as a commit on the branch and continue from it.

@@ -8,8 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use base64::Engine;
-
 use crate::error::{Error, Result};
 use crate::host::{self, HostDirs, HostMount};
 use crate::sandbox::{Sandbox, SandboxFilter};
@@ -139,19 +137,7 @@ impl Found {
         match self {
             Found::Host(m) => {
                 let st = host::status(dirs, m).await?;
-                let b64 = base64::engine::general_purpose::STANDARD;
-                let changes = st
-                    .changes
-                    .into_iter()
-                    .map(|c| Change {
-                        // The exact bytes; the lossy `path` only if a
-                        // daemon sent no valid base64.
-                        path: b64
-                            .decode(&c.path_b64)
-                            .unwrap_or_else(|_| c.path.into_bytes()),
-                        kind: c.kind,
-                    })
-                    .collect();
+                let changes = st.changes.into_iter().map(Change::from).collect();
                 Ok(Status {
                     base: st.base,
                     changes,
