@@ -248,9 +248,9 @@ pub(crate) fn expanded_entries(conn: &rusqlite::Connection, root: ObjectId) -> R
                         _ => None,
                     })
                     .collect();
-                let todo: Vec<ObjectId> = dirs.clone();
+                let enter: Vec<Step> = dirs.iter().copied().map(Step::Enter).collect();
                 stack.push(Step::Exit(id, entries.len() as u64, dirs));
-                stack.extend(todo.into_iter().map(Step::Enter));
+                stack.extend(enter);
             }
             Step::Exit(id, own, dirs) => {
                 let mut n = own;
