@@ -6,7 +6,8 @@
 //! Store call runs on tokio's blocking pool (SQLite is synchronous).
 #![forbid(unsafe_code)]
 
-pub mod api;
+/// The wire types (the strata-api crate, shared with the SDK).
+pub use strata_api as api;
 mod error;
 mod listen;
 pub mod openapi;

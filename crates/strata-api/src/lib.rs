@@ -1,5 +1,9 @@
-//! The wire types of `strata serve` (docs/api/server-openapi.json is
-//! generated from them and the routes). Object ids are 64 hex digits.
+//! strata-api: the wire types of `strata serve` (docs/server.md). The
+//! server (strata-server) and the SDK's remote transport (strata-sdk) both
+//! use these, so only they know the wire format; docs/api/server-openapi.json
+//! is generated from them and the server's routes. Object ids are 64 hex
+//! digits.
+#![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
 
