@@ -503,7 +503,7 @@ fn a_killed_server_finds_its_sandboxes_again_and_calls_by_id_go_on() {
         .iter()
         .map(|x| x["id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(ids, [sb.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&sb));
     // The exec from before is still known, and new calls work by ID.
     let w = ok(
         &s.get(&format!("/v1/sandboxes/{sb}/execs/{e}"), &t),
@@ -951,4 +951,66 @@ fn bad_input_on_the_sandbox_routes_is_4xx_never_5xx_and_the_server_lives() {
     // Nothing the scoped token sent made a Sandbox.
     let listed = ok(&s.get("/v1/sandboxes", &all), 200, "list");
     assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+#[test]
+fn sigterm_ends_open_exec_streams_and_the_sandboxes_keep_running() {
+    require_root();
+    let env = Env::new();
+    let st = SbState::new(&env);
+    let mut s = start(&env, &st);
+    let (t, _) = token(&env, &[]);
+    create_project(&s, &t, "p");
+    let sb = create_sandbox(&s, &t, json!({"project": "p"}));
+    mount(&s, &t, &sb, "p/main");
+    let e = exec(
+        &s,
+        &t,
+        &sb,
+        json!({"argv": ["sh", "-c", "echo started; exec sleep 1000"]}),
+    );
+    // A follower of the output of a command that does not end.
+    let sock = s.addr.strip_prefix("unix:").unwrap().to_string();
+    let req = format!(
+        "GET /v1/sandboxes/{sb}/execs/{e}/output?format=ndjson HTTP/1.1\r\nHost: s\r\nConnection: close\r\nAuthorization: Bearer {t}\r\n\r\n"
+    );
+    let reader = std::thread::spawn(move || {
+        exchange(
+            std::os::unix::net::UnixStream::connect(sock).unwrap(),
+            req.as_bytes(),
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    // SIGTERM, as systemd stops it.
+    let pid = rustix::process::Pid::from_raw(s.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the server did not finish its shutdown with a stream open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let raw = reader.join().unwrap();
+    let r = parse(&raw);
+    assert_eq!(r.status, 200);
+    let first: Value = serde_json::from_str(r.text().lines().next().unwrap()).unwrap();
+    assert_eq!(first["stream"], "stdout", "{}", r.text());
+    // The Sandbox and its command outlive the server.
+    let s = start(&env, &st);
+    assert_eq!(
+        ok(&s.get(&format!("/v1/sandboxes/{sb}"), &t), 200, "get")["state"],
+        "running"
+    );
+    let x = ok(
+        &s.get(&format!("/v1/sandboxes/{sb}/execs/{e}"), &t),
+        200,
+        "exec",
+    );
+    assert_eq!(x["state"], "running", "{x}");
 }
