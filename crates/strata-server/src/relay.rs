@@ -39,13 +39,15 @@ const MOUNT_BODY_MAX: usize = 64 << 10;
 
 /// Request headers that are the connection's, not the request's, or that
 /// the server sets itself (RFC 9110 §7.6.1), never forwarded.
-const HOP: [HeaderName; 6] = [
+/// `Expect: 100-continue` was answered by this server already.
+const HOP: [HeaderName; 7] = [
     header::HOST,
     header::AUTHORIZATION,
     header::CONNECTION,
     header::TRANSFER_ENCODING,
     header::TE,
     header::UPGRADE,
+    header::EXPECT,
 ];
 
 fn stopped(d: &Daemon, e: impl std::fmt::Display) -> ApiError {
@@ -464,4 +466,34 @@ async fn session(
         }
     }
     input.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_frames_become_output_lines() {
+        let l = output_line(br#"{"type":"stderr","seq":4,"data":"aGk="}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"stream": "stderr", "seq": 4, "data_b64": "aGk="})
+        );
+        let l =
+            output_line(br#"{"type":"exit","seq":5,"code":3,"cancelled":false,"timed_out":false}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"exit": {"code": 3, "cancelled": false, "timed_out": false}})
+        );
+        let l = output_line(br#"{"type":"error","seq":0,"stage":"execve","message":"no","errno":2,"errno_name":"ENOENT"}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"failed": {"stage": "execve", "message": "no", "errno": 2, "errno_name": "ENOENT"}})
+        );
+        // Not a frame: a failure naming the line, never made-up output.
+        match output_line(b"garbage") {
+            OutputLine::Failed { failed } => assert!(failed.message.contains("garbage")),
+            other => panic!("{other:?}"),
+        }
+    }
 }
