@@ -46,13 +46,14 @@ pub struct CreateSandbox {
     /// `none` (loopback only, the default) or `host`.
     #[serde(default)]
     pub network: SandboxNetwork,
-    /// Memory limit in bytes (default: half of the host's RAM).
+    /// Memory limit in bytes, at least 64 MiB (default: half of the
+    /// host's RAM).
     #[serde(default)]
     pub memory: Option<u64>,
-    /// Most tasks at once (default 4096).
+    /// Most tasks at once, at least 64 (default 4096).
     #[serde(default)]
     pub pids: Option<u64>,
-    /// CPUs, e.g. 0.5 or 2 (default: no CPU limit).
+    /// CPUs, 0.01 to 4096, e.g. 0.5 or 2 (default: no CPU limit).
     #[serde(default)]
     pub cpus: Option<f64>,
     /// No default limits: only those given apply.

@@ -868,13 +868,18 @@ fn bad_input_on_the_sandbox_routes_is_4xx_never_5xx_and_the_server_lives() {
     let big = vec![b' '; 2 << 20];
     let r = s.post("/v1/sandboxes", &all, &big, "application/json");
     assert_eq!(r.status, 413);
-    let r = post_json(
-        &s,
-        &all,
-        "/v1/sandboxes",
-        json!({"project": "a", "cpus": -1}),
-    );
-    assert_eq!(r.status, 400, "{}", r.text());
+    // Limits the Sandbox could not start with: 400 naming the limit, not
+    // a backend failure.
+    for (body, word) in [
+        (json!({"project": "a", "cpus": -1}), "cpus"),
+        (json!({"project": "a", "cpus": 0.0001}), "cpus"),
+        (json!({"project": "a", "memory": 1}), "memory"),
+        (json!({"project": "a", "pids": 1}), "pids"),
+    ] {
+        let r = post_json(&s, &all, "/v1/sandboxes", body.clone());
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(word), "{}", r.text());
+    }
     let r = post_json(
         &s,
         &all,
