@@ -435,6 +435,48 @@ fn exec_streams_over_a_websocket_stdin_in_tagged_output_out_and_resize() {
     );
     assert_eq!(end["exit"]["code"], 0, "{end}");
 
+    // A client that goes away from a command that never ends frees the
+    // exec's one output attachment: the next reader is not refused (409).
+    let e = exec(&s, &t, &sb, json!({"argv": ["cat"], "stdin": true}));
+    rt.block_on(async {
+        use futures_util::SinkExt;
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        let mut req = format!("ws://strata/v1/sandboxes/{sb}/execs/{e}/ws")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("Authorization", format!("Bearer {t}").parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
+        ws.close(None).await.unwrap();
+    });
+    let again = |s: &Server| {
+        s.get(
+            &format!("/v1/sandboxes/{sb}/execs/{e}/output?follow=false"),
+            &t,
+        )
+        .status
+    };
+    let t0 = std::time::Instant::now();
+    while again(&s) == 409 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        again(&s),
+        200,
+        "the output is still attached to a gone client"
+    );
+    ok(
+        &s.post(
+            &format!("/v1/sandboxes/{sb}/execs/{e}/stdin/close"),
+            &t,
+            b"",
+            "application/json",
+        ),
+        200,
+        "close stdin",
+    );
+
     // Not a WebSocket request: 400 with the error shape.
     let r = s.get(&format!("/v1/sandboxes/{sb}/execs/{e}/ws"), &t);
     assert_eq!(r.status, 400, "{}", r.text());

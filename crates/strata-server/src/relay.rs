@@ -435,7 +435,11 @@ async fn session(
                 let _ = tx.send(close(1001, "the server is shutting down")).await;
                 break;
             }
-            Some(m) = err_rx.recv() => {
+            m = err_rx.recv() => {
+                // None: the client's half ended (it closed or went away).
+                // Stop reading the output too, so that the exec's one
+                // output attachment is free for the next reader.
+                let Some(m) = m else { break };
                 let e = ErrorBody { error: ErrorDetail { code: "invalid_input".into(), message: m, actual_head: None } };
                 if tx.send(Message::Text(serde_json::to_string(&e).unwrap_or_default().into())).await.is_err() {
                     break;
