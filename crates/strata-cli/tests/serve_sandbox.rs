@@ -439,7 +439,6 @@ fn exec_streams_over_a_websocket_stdin_in_tagged_output_out_and_resize() {
     // exec's one output attachment: the next reader is not refused (409).
     let e = exec(&s, &t, &sb, json!({"argv": ["cat"], "stdin": true}));
     rt.block_on(async {
-        use futures_util::SinkExt;
         use tokio_tungstenite::tungstenite::client::IntoClientRequest;
         let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
         let mut req = format!("ws://strata/v1/sandboxes/{sb}/execs/{e}/ws")
