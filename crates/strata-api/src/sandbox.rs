@@ -143,8 +143,10 @@ pub struct SandboxListQuery {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxLogsQuery {
-    /// The last this many lines (default 100, at most 10000).
-    #[serde(default)]
+    /// The last this many lines (default 100, at most 10000). Also
+    /// accepted as `tail`, the daemon's own name for it (this route
+    /// stands where the relayed daemon route `/v1/logs` would).
+    #[serde(default, alias = "tail")]
     pub lines: Option<usize>,
 }
 

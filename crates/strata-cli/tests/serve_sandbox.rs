@@ -52,6 +52,24 @@ fn a_sandbox_through_the_server_mounts_runs_commits_and_closes() {
     assert_eq!(none["sandboxes"], json!([]));
 
     let ws = mount(&s, &t, &sb, "p/main");
+    // The daemon's token stays in the server: no answer carries it, and it
+    // is no server token.
+    let dtoken = std::fs::read_to_string(st.dir.path().join(&sb).join("token")).unwrap();
+    let dtoken = dtoken.trim();
+    assert_eq!(dtoken.len(), 64, "{dtoken:?}");
+    for p in [
+        format!("/v1/sandboxes/{sb}"),
+        "/v1/sandboxes".into(),
+        format!("/v1/sandboxes/{sb}/workspaces"),
+        format!("/v1/sandboxes/{sb}/health"),
+        format!("/v1/sandboxes/{sb}/logs?lines=1000"),
+        format!("/v1/sandboxes/{sb}/logs?tail=1000"),
+    ] {
+        let r = s.get(&p, &t);
+        assert_eq!(r.status, 200, "{p}: {}", r.text());
+        assert!(!r.text().contains(dtoken), "{p} shows the daemon's token");
+    }
+    assert_eq!(s.get("/v1/projects", dtoken).status, 401);
     // Output: the file of the branch, a new file, the uid.
     let e1 = exec(
         &s,

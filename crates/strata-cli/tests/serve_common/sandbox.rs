@@ -26,7 +26,7 @@ pub fn require_root() {
 /// A Sandbox state root of its own (not under /tmp: the SDK refuses it),
 /// whose leftover Sandboxes are closed on drop even when a test fails.
 pub struct SbState {
-    dir: tempfile::TempDir,
+    pub dir: tempfile::TempDir,
     store: PathBuf,
 }
 
