@@ -561,6 +561,49 @@ fn tls_with_a_generated_certificate_is_reached_by_its_pin_and_refuses_another() 
     );
     let s2 = Server::start(&env, &["--listen", "tcp:127.0.0.1:0", "--tls-generate"]);
     assert_eq!(s2.ready["fingerprint"], fp_text.as_str());
+    drop(s2);
+
+    // A given certificate and key (here the generated pair, copied): the
+    // same fingerprint, and a pinning client gets through.
+    let (cert, key) = (env.path("c.pem"), env.path("k.pem"));
+    std::fs::copy(env.store.join("server-tls-cert.pem"), &cert).unwrap();
+    std::fs::copy(&key_of(&env), &key).unwrap();
+    let s3 = Server::start(
+        &env,
+        &[
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(s3.ready["fingerprint"], fp_text.as_str());
+    let addr = s3.addr.strip_prefix("tcp:").unwrap().to_string();
+    let r = rt.block_on(tls_get(&addr, fp, "/v1/projects", &t)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(s3);
+    // A key file that is no key: refused at start with what to give.
+    std::fs::write(&key, b"not a key\n").unwrap();
+    let out = env
+        .cmd(&[
+            "serve",
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PRIVATE KEY") && err.contains("--tls-key"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -768,4 +811,9 @@ fn sigterm_ends_open_exec_streams_and_the_sandboxes_keep_running() {
         "exec",
     );
     assert_eq!(x["state"], "running", "{x}");
+}
+
+/// The generated TLS key in the Store directory.
+fn key_of(env: &Env) -> std::path::PathBuf {
+    env.store.join("server-tls-key.pem")
 }
