@@ -567,7 +567,7 @@ fn tls_with_a_generated_certificate_is_reached_by_its_pin_and_refuses_another() 
     // same fingerprint, and a pinning client gets through.
     let (cert, key) = (env.path("c.pem"), env.path("k.pem"));
     std::fs::copy(env.store.join("server-tls-cert.pem"), &cert).unwrap();
-    std::fs::copy(&key_of(&env), &key).unwrap();
+    std::fs::copy(key_of(&env), &key).unwrap();
     let s3 = Server::start(
         &env,
         &[
