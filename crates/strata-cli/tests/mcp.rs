@@ -107,7 +107,10 @@ fn assert_store_after_flow(sb: &Sb, result: &Value) {
             ("notes".to_string(), None),
             ("notes/hello.txt".to_string(), f("hello\nstrata\n")),
             ("src".to_string(), None),
-            ("src/main.c".to_string(), f("int main(void) { return 0; }\n")),
+            (
+                "src/main.c".to_string(),
+                f("int main(void) { return 0; }\n")
+            ),
         ]
     );
     let log = sb.json(&["log", "demo/agent"]);
@@ -205,7 +208,11 @@ fn the_agent_flow_over_streamable_http_needs_a_token() {
         .unwrap()
         .to_string();
     let server = HttpServer::start(&sb);
-    assert!(server.url.starts_with("http://127.0.0.1:"), "{}", server.url);
+    assert!(
+        server.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        server.url
+    );
     let r = run_client(&sb, &["unauthorized", &server.url]);
     assert_eq!(r["statuses"], serde_json::json!([401, 401, 401]));
     let result = run_client(&sb, &["http", &server.url, &token]);

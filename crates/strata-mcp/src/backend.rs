@@ -123,7 +123,11 @@ impl Backend {
     }
 
     /// The bytes of `path` in REF `r`.
-    pub(crate) async fn read_file(&self, r: &str, path: &str) -> Result<Vec<u8>, strata_sdk::Error> {
+    pub(crate) async fn read_file(
+        &self,
+        r: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, strata_sdk::Error> {
         self.store.read_file(r, path).await
     }
 }

@@ -26,7 +26,9 @@ const WRITE_SCRIPT: &str = r#"case "$1" in */*) mkdir -p -- "${1%/*}" || exit ;;
 
 fn check_path(p: &str) -> Result<&str, ToolError> {
     if p.is_empty() {
-        return Err(ToolError::new("path is empty: give a path relative to the Workspace root"));
+        return Err(ToolError::new(
+            "path is empty: give a path relative to the Workspace root",
+        ));
     }
     if p.contains('\0') {
         return Err(ToolError::new(format!("path {p:?} contains a NUL byte")));
@@ -51,7 +53,10 @@ fn failed(what: &str, out: &Output) -> ToolError {
 fn describe(out: &Output) -> String {
     match out.status.code {
         Some(c) => format!("exit code {c}"),
-        None => format!("killed by {}", out.status.signal_name.as_deref().unwrap_or("a signal")),
+        None => format!(
+            "killed by {}",
+            out.status.signal_name.as_deref().unwrap_or("a signal")
+        ),
     }
 }
 
@@ -98,7 +103,9 @@ pub(crate) async fn read_file(ws: &Workspace, p: params::ReadFile) -> ToolResult
     }
     let offset = p.offset.unwrap_or(1);
     if offset == 0 {
-        return Err(ToolError::new("offset is 1-based: give 1 for the first line"));
+        return Err(ToolError::new(
+            "offset is 1-based: give 1 for the first line",
+        ));
     }
     let total = content.lines().count();
     let lines: Vec<&str> = content
@@ -128,7 +135,9 @@ pub(crate) async fn edit_file(ws: &Workspace, p: params::EditFile) -> ToolResult
         ));
     }
     if p.old_string == p.new_string {
-        return Err(ToolError::new("old_string and new_string are the same: nothing to change"));
+        return Err(ToolError::new(
+            "old_string and new_string are the same: nothing to change",
+        ));
     }
     let content = read_text(ws, path).await?;
     let n = content.matches(&p.old_string).count();
@@ -148,7 +157,10 @@ pub(crate) async fn edit_file(ws: &Workspace, p: params::EditFile) -> ToolResult
         content.replacen(&p.old_string, &p.new_string, 1)
     };
     write_bytes(ws, path, new.as_bytes()).await?;
-    Ok(text(format!("replaced {n} occurrence{} in {path}", if n == 1 { "" } else { "s" })))
+    Ok(text(format!(
+        "replaced {n} occurrence{} in {path}",
+        if n == 1 { "" } else { "s" }
+    )))
 }
 
 /// Every path below `dir` (relative to it, directories with a trailing
@@ -177,7 +189,10 @@ fn capped(mut v: Vec<String>, what: &str) -> CallToolResult {
     let mut notice = String::new();
     if total > LIST_LIMIT {
         v.truncate(LIST_LIMIT);
-        notice = format!("\n[... {} more {what} not shown; narrow the path or pattern ...]", total - LIST_LIMIT);
+        notice = format!(
+            "\n[... {} more {what} not shown; narrow the path or pattern ...]",
+            total - LIST_LIMIT
+        );
     }
     let mut r = text(format!("{}{notice}", v.join("\n")));
     r.structured_content = Some(json!({ what: v, "total": total }));
@@ -235,7 +250,11 @@ pub(crate) async fn grep(ws: &Workspace, p: params::Grep) -> ToolResult {
             while !l.is_char_boundary(cut) {
                 cut -= 1;
             }
-            lines.push(if cut < l.len() { format!("{}…", &l[..cut]) } else { l.to_string() });
+            lines.push(if cut < l.len() {
+                format!("{}…", &l[..cut])
+            } else {
+                l.to_string()
+            });
         }
     }
     let mut s = lines.join("\n");
@@ -273,16 +292,20 @@ pub(crate) async fn apply_tree(
         match backend.read_file(target, &path).await {
             Ok(bytes) => {
                 if kind == "type_changed" {
-                    rm(ws, &[path.clone()]).await?;
+                    rm(ws, std::slice::from_ref(&path)).await?;
                 }
                 write_bytes(ws, &path, &bytes).await?;
                 written += 1;
             }
             // A directory: created (its files follow in the diff when it
             // is new); a modified directory (mode, owner) is left as is.
-            Err(strata_sdk::Error::InvalidInput { ref what, .. }) if what.ends_with("is a dir, not a file") => {
+            Err(strata_sdk::Error::InvalidInput { ref what, .. })
+                if what.ends_with("is a dir, not a file") =>
+            {
                 if kind == "type_changed" {
-                    skipped.push(format!("{path} (became a directory; its files are not restored)"));
+                    skipped.push(format!(
+                        "{path} (became a directory; its files are not restored)"
+                    ));
                 } else if kind == "added" {
                     dirs.push(path);
                 }

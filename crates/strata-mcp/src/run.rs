@@ -96,13 +96,19 @@ pub(crate) async fn exec(
 
 fn describe(st: &ExitStatus, timeout: u64) -> String {
     if st.timed_out {
-        format!("timed out after {timeout} s (stopped with {})", st.signal_name.as_deref().unwrap_or("a signal"))
+        format!(
+            "timed out after {timeout} s (stopped with {})",
+            st.signal_name.as_deref().unwrap_or("a signal")
+        )
     } else if st.cancelled {
         "cancelled".to_string()
     } else if let Some(code) = st.code {
         format!("exit code {code}")
     } else {
-        format!("killed by {}", st.signal_name.as_deref().unwrap_or("a signal"))
+        format!(
+            "killed by {}",
+            st.signal_name.as_deref().unwrap_or("a signal")
+        )
     }
 }
 
@@ -114,9 +120,19 @@ pub(crate) async fn run(
     let argv: Vec<String> = match (p.command, p.argv) {
         (Some(c), None) => vec!["sh".into(), "-c".into(), c],
         (None, Some(a)) if !a.is_empty() => a,
-        (None, Some(_)) => return Err(ToolError::new("argv is empty: give the program and its arguments")),
-        (None, None) => return Err(ToolError::new("give `command` (a shell command line) or `argv`")),
-        (Some(_), Some(_)) => return Err(ToolError::new("give either `command` or `argv`, not both")),
+        (None, Some(_)) => {
+            return Err(ToolError::new(
+                "argv is empty: give the program and its arguments",
+            ))
+        }
+        (None, None) => {
+            return Err(ToolError::new(
+                "give `command` (a shell command line) or `argv`",
+            ))
+        }
+        (Some(_), Some(_)) => {
+            return Err(ToolError::new("give either `command` or `argv`, not both"))
+        }
     };
     let timeout = p.timeout_secs.unwrap_or(DEFAULT_TIMEOUT);
     if timeout == 0 || timeout > MAX_TIMEOUT {
@@ -152,19 +168,33 @@ pub(crate) async fn run(
             }
         };
         let Some(chunk) = chunk else {
-            if is_err { err = None } else { out = None }
+            if is_err {
+                err = None
+            } else {
+                out = None
+            }
             continue;
         };
-        if is_err { e.push(&chunk) } else { o.push(&chunk) }
+        if is_err {
+            e.push(&chunk)
+        } else {
+            o.push(&chunk)
+        }
         if let Some(t) = &token {
             sent += chunk.len() as u64;
             let text = String::from_utf8_lossy(&chunk);
-            let msg = if is_err { format!("[stderr] {text}") } else { text.into_owned() };
+            let msg = if is_err {
+                format!("[stderr] {text}")
+            } else {
+                text.into_owned()
+            };
             // A client that went away only misses a notification; the
             // result still carries the output.
             let _ = ctx
                 .peer
-                .notify_progress(ProgressNotificationParam::new(t.clone(), sent as f64).with_message(msg))
+                .notify_progress(
+                    ProgressNotificationParam::new(t.clone(), sent as f64).with_message(msg),
+                )
                 .await;
         }
     }

@@ -112,7 +112,10 @@ impl StrataMcp {
         let slot = self.shared.registry.sandbox(c, &a.sandbox_id)?;
         let mut guard = slot.lock().await;
         let Some(sb) = guard.take() else {
-            return Err(ToolError::new(format!("sandbox {} is already closed", a.sandbox_id)));
+            return Err(ToolError::new(format!(
+                "sandbox {} is already closed",
+                a.sandbox_id
+            )));
         };
         if !a.discard {
             if let Err(e) = sb.close_check().await {
@@ -122,7 +125,11 @@ impl StrataMcp {
                 )));
             }
         }
-        let r = if a.discard { sb.close_discard().await } else { sb.close().await };
+        let r = if a.discard {
+            sb.close_discard().await
+        } else {
+            sb.close().await
+        };
         drop(guard);
         self.shared.registry.remove_sandbox(&a.sandbox_id);
         r?;
@@ -168,14 +175,19 @@ impl StrataMcp {
         let sb = guard
             .as_ref()
             .ok_or_else(|| ToolError::new(format!("sandbox {} is closed", e.sandbox_id)))?;
-        let (branch, path) = (e.workspace.branch().to_string(), e.workspace.path().to_string());
+        let (branch, path) = (
+            e.workspace.branch().to_string(),
+            e.workspace.path().to_string(),
+        );
         // Discard: the only way a mounted Workspace drops its upper layer
         // is an unmount with discard; the same branch is mounted again at
         // the same path, at its head.
         e.workspace.clone().unmount(true).await?;
         let ws = sb.mount(&branch, Some(&path)).await?;
         drop(guard);
-        self.shared.registry.replace_workspace(&a.workspace_id, ws.clone());
+        self.shared
+            .registry
+            .replace_workspace(&a.workspace_id, ws.clone());
         let head = ws.base().to_string();
         let Some(target) = a.reference else {
             return Ok(ok_json(
@@ -183,7 +195,8 @@ impl StrataMcp {
                 json!({ "workspace_id": a.workspace_id, "head": head, "written": 0, "removed": 0 }),
             ));
         };
-        let (written, removed, skipped) = files::apply_tree(&ws, &self.shared.backend, &head, &target).await?;
+        let (written, removed, skipped) =
+            files::apply_tree(&ws, &self.shared.backend, &head, &target).await?;
         let mut text = format!(
             "{path} now holds the files of {target} ({written} written, {removed} removed) as uncommitted changes on {branch} (head {head}); commit to record the restore, or restore without ref to undo it"
         );
@@ -200,23 +213,47 @@ impl StrataMcp {
 
 #[tool_router]
 impl StrataMcp {
-    #[tool(description = "Create a Sandbox: an isolated Linux environment (own namespaces, no internet by default, limits) whose commands run as an unprivileged user. Returns sandbox_id. Mount a branch in it with workspace_mount; close it with sandbox_close when done.")]
-    async fn sandbox_create(&self, Parameters(a): Parameters<p::SandboxCreate>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Create a Sandbox: an isolated Linux environment (own namespaces, no internet by default, limits) whose commands run as an unprivileged user. Returns sandbox_id. Mount a branch in it with workspace_mount; close it with sandbox_close when done."
+    )]
+    async fn sandbox_create(
+        &self,
+        Parameters(a): Parameters<p::SandboxCreate>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         done(self.sandbox_create_inner(&caller(&ctx), a).await)
     }
 
-    #[tool(description = "Close a Sandbox: stops its commands and unmounts its Workspaces. Refused while a Workspace has uncommitted changes (commit them, or pass discard=true). Committed history stays in the Store.")]
-    async fn sandbox_close(&self, Parameters(a): Parameters<p::SandboxClose>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Close a Sandbox: stops its commands and unmounts its Workspaces. Refused while a Workspace has uncommitted changes (commit them, or pass discard=true). Committed history stays in the Store."
+    )]
+    async fn sandbox_close(
+        &self,
+        Parameters(a): Parameters<p::SandboxClose>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         done(self.sandbox_close_inner(&caller(&ctx), a).await)
     }
 
-    #[tool(description = "Mount a branch (PROJECT/BRANCH) in a Sandbox as a writable Workspace (default path /workspace). Returns workspace_id, which the file tools, run, status, commit and restore take. Changes stay uncommitted until commit.")]
-    async fn workspace_mount(&self, Parameters(a): Parameters<p::WorkspaceMount>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Mount a branch (PROJECT/BRANCH) in a Sandbox as a writable Workspace (default path /workspace). Returns workspace_id, which the file tools, run, status, commit and restore take. Changes stay uncommitted until commit."
+    )]
+    async fn workspace_mount(
+        &self,
+        Parameters(a): Parameters<p::WorkspaceMount>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         done(self.workspace_mount_inner(&caller(&ctx), a).await)
     }
 
-    #[tool(description = "Run a command in a Workspace (cwd: its root) inside its Sandbox, as an unprivileged user, and wait for it. Give `command` (run by sh -c) or `argv`. Output streams as progress notifications when the request has a progress token; the result has the exit code and stdout/stderr (each cut to its first and last 16 KiB with a notice). A non-zero exit is reported as an error result. Default timeout 600 s.")]
-    async fn run(&self, Parameters(a): Parameters<p::Run>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Run a command in a Workspace (cwd: its root) inside its Sandbox, as an unprivileged user, and wait for it. Give `command` (run by sh -c) or `argv`. Output streams as progress notifications when the request has a progress token; the result has the exit code and stdout/stderr (each cut to its first and last 16 KiB with a notice). A non-zero exit is reported as an error result. Default timeout 600 s."
+    )]
+    async fn run(
+        &self,
+        Parameters(a): Parameters<p::Run>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => run::run(&e.workspace, a, &ctx).await,
             Err(e) => Err(e),
@@ -224,8 +261,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Read a text file of a Workspace (path relative to its root). Optional offset (1-based line) and limit (lines) for large files; without them at most 256 KiB is returned, with a notice.")]
-    async fn read_file(&self, Parameters(a): Parameters<p::ReadFile>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Read a text file of a Workspace (path relative to its root). Optional offset (1-based line) and limit (lines) for large files; without them at most 256 KiB is returned, with a notice."
+    )]
+    async fn read_file(
+        &self,
+        Parameters(a): Parameters<p::ReadFile>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::read_file(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -233,8 +276,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Write a whole file in a Workspace (path relative to its root), creating it and missing parent directories, replacing any content. For small changes to an existing file prefer edit_file.")]
-    async fn write_file(&self, Parameters(a): Parameters<p::WriteFile>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Write a whole file in a Workspace (path relative to its root), creating it and missing parent directories, replacing any content. For small changes to an existing file prefer edit_file."
+    )]
+    async fn write_file(
+        &self,
+        Parameters(a): Parameters<p::WriteFile>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::write_file(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -242,8 +291,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Edit a file by exact string replacement: old_string must occur exactly once (whitespace included) and is replaced by new_string; with replace_all every occurrence is. An absent or non-unique old_string is an error and the file is left unchanged.")]
-    async fn edit_file(&self, Parameters(a): Parameters<p::EditFile>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Edit a file by exact string replacement: old_string must occur exactly once (whitespace included) and is replaced by new_string; with replace_all every occurrence is. An absent or non-unique old_string is an error and the file is left unchanged."
+    )]
+    async fn edit_file(
+        &self,
+        Parameters(a): Parameters<p::EditFile>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::edit_file(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -251,8 +306,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "List a directory of a Workspace (default its root), one entry per line, directories with a trailing /; recursive=true lists the whole subtree.")]
-    async fn list_files(&self, Parameters(a): Parameters<p::ListFiles>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "List a directory of a Workspace (default its root), one entry per line, directories with a trailing /; recursive=true lists the whole subtree."
+    )]
+    async fn list_files(
+        &self,
+        Parameters(a): Parameters<p::ListFiles>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::list_files(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -260,8 +321,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Find files of a Workspace whose path matches a glob, e.g. **/*.rs or src/*.py (* and ? stay within a directory, **/ spans directories). Paths are relative to `path` (default the root), sorted.")]
-    async fn glob(&self, Parameters(a): Parameters<p::Glob>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Find files of a Workspace whose path matches a glob, e.g. **/*.rs or src/*.py (* and ? stay within a directory, **/ spans directories). Paths are relative to `path` (default the root), sorted."
+    )]
+    async fn glob(
+        &self,
+        Parameters(a): Parameters<p::Glob>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::glob(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -269,8 +336,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Search file contents of a Workspace with an extended regular expression (grep -rnE; binary files skipped). Returns PATH:LINE:TEXT lines; `include` limits to file names matching a glob such as *.rs.")]
-    async fn grep(&self, Parameters(a): Parameters<p::Grep>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Search file contents of a Workspace with an extended regular expression (grep -rnE; binary files skipped). Returns PATH:LINE:TEXT lines; `include` limits to file names matching a glob such as *.rs."
+    )]
+    async fn grep(
+        &self,
+        Parameters(a): Parameters<p::Grep>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => files::grep(&e.workspace, a).await,
             Err(e) => Err(e),
@@ -278,8 +351,14 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "The uncommitted changes of a Workspace: each changed path with added, modified, deleted or type_changed, relative to the commit it is based on.")]
-    async fn status(&self, Parameters(a): Parameters<p::WorkspaceOnly>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "The uncommitted changes of a Workspace: each changed path with added, modified, deleted or type_changed, relative to the commit it is based on."
+    )]
+    async fn status(
+        &self,
+        Parameters(a): Parameters<p::WorkspaceOnly>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = async {
             let e = self.ws(&ctx, &a.workspace_id)?;
             let changes = e.workspace.status().await?;
@@ -302,27 +381,54 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "Commit a Workspace's changes to its branch with a message; the Workspace continues from the new commit. Returns the commit id (or up_to_date when nothing changed). Fails, changing nothing, if another writer moved the branch meanwhile.")]
-    async fn commit(&self, Parameters(a): Parameters<p::Commit>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Commit a Workspace's changes to its branch with a message; the Workspace continues from the new commit. Returns the commit id (or up_to_date when nothing changed). Fails, changing nothing, if another writer moved the branch meanwhile."
+    )]
+    async fn commit(
+        &self,
+        Parameters(a): Parameters<p::Commit>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = async {
             let e = self.ws(&ctx, &a.workspace_id)?;
             if a.message.trim().is_empty() {
-                return Err(ToolError::new("the commit message is empty: say what changed and why"));
+                return Err(ToolError::new(
+                    "the commit message is empty: say what changed and why",
+                ));
             }
             let out = e.workspace.commit(&a.message).await?;
             let (word, text) = if out.committed() {
-                ("committed", format!("committed {} on {}", out.commit(), e.workspace.branch()))
+                (
+                    "committed",
+                    format!("committed {} on {}", out.commit(), e.workspace.branch()),
+                )
             } else {
-                ("up_to_date", format!("nothing to commit; {} is at {}", e.workspace.branch(), out.commit()))
+                (
+                    "up_to_date",
+                    format!(
+                        "nothing to commit; {} is at {}",
+                        e.workspace.branch(),
+                        out.commit()
+                    ),
+                )
             };
-            Ok(ok_json(text, json!({ "outcome": word, "commit": out.commit(), "branch": e.workspace.branch() })))
+            Ok(ok_json(
+                text,
+                json!({ "outcome": word, "commit": out.commit(), "branch": e.workspace.branch() }),
+            ))
         }
         .await;
         done(r)
     }
 
-    #[tool(description = "Paths that differ between two REFs (PROJECT/BRANCH or commit id), each added, modified, deleted or type_changed, e.g. from=web/main to=web/agent-1. For uncommitted changes use status.")]
-    async fn diff(&self, Parameters(a): Parameters<p::Diff>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Paths that differ between two REFs (PROJECT/BRANCH or commit id), each added, modified, deleted or type_changed, e.g. from=web/main to=web/agent-1. For uncommitted changes use status."
+    )]
+    async fn diff(
+        &self,
+        Parameters(a): Parameters<p::Diff>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = async {
             let c = caller(&ctx);
             self.shared.backend.check_ref(&c, &a.from).await?;
@@ -347,34 +453,69 @@ impl StrataMcp {
         done(r)
     }
 
-    #[tool(description = "History of a REF (PROJECT/BRANCH or commit id), newest first: commit ids and messages (default 20).")]
-    async fn log(&self, Parameters(a): Parameters<p::Log>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "History of a REF (PROJECT/BRANCH or commit id), newest first: commit ids and messages (default 20)."
+    )]
+    async fn log(
+        &self,
+        Parameters(a): Parameters<p::Log>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = async {
-            self.shared.backend.check_ref(&caller(&ctx), &a.reference).await?;
-            let commits = self.shared.backend.log(&a.reference, a.limit.unwrap_or(20).max(1)).await?;
-            let text = commits.iter().map(|(id, m)| format!("{id} {m}")).collect::<Vec<_>>().join("\n");
-            let list: Vec<_> = commits.iter().map(|(id, m)| json!({ "commit": id, "message": m })).collect();
+            self.shared
+                .backend
+                .check_ref(&caller(&ctx), &a.reference)
+                .await?;
+            let commits = self
+                .shared
+                .backend
+                .log(&a.reference, a.limit.unwrap_or(20).max(1))
+                .await?;
+            let text = commits
+                .iter()
+                .map(|(id, m)| format!("{id} {m}"))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let list: Vec<_> = commits
+                .iter()
+                .map(|(id, m)| json!({ "commit": id, "message": m }))
+                .collect();
             Ok(ok_json(text, json!({ "commits": list })))
         }
         .await;
         done(r)
     }
 
-    #[tool(description = "Create branch `new` (PROJECT/BRANCH) at `from` (a branch or commit id), instantly and without copying: e.g. from=web/main new=web/agent-1, then mount the new branch to work on it.")]
-    async fn fork(&self, Parameters(a): Parameters<p::Fork>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Create branch `new` (PROJECT/BRANCH) at `from` (a branch or commit id), instantly and without copying: e.g. from=web/main new=web/agent-1, then mount the new branch to work on it."
+    )]
+    async fn fork(
+        &self,
+        Parameters(a): Parameters<p::Fork>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let r = async {
             let c = caller(&ctx);
             self.shared.backend.check_ref(&c, &a.from).await?;
             self.shared.backend.check_branch(&c, &a.new)?;
             let at = self.shared.backend.fork(&a.from, &a.new).await?;
-            Ok(ok_json(format!("created {} at {at}", a.new), json!({ "branch": a.new, "commit": at })))
+            Ok(ok_json(
+                format!("created {} at {at}", a.new),
+                json!({ "branch": a.new, "commit": at }),
+            ))
         }
         .await;
         done(r)
     }
 
-    #[tool(description = "Restore a Workspace. Without ref: discard all uncommitted changes (back to the branch head). With ref (a commit id from log, or a branch): the Workspace's files become that commit's, as uncommitted changes on top of the head, so commit records the restore as a new commit and no history is lost. The workspace_id stays valid.")]
-    async fn restore(&self, Parameters(a): Parameters<p::Restore>, ctx: RequestContext<RoleServer>) -> Result<CallToolResult, ErrorData> {
+    #[tool(
+        description = "Restore a Workspace. Without ref: discard all uncommitted changes (back to the branch head). With ref (a commit id from log, or a branch): the Workspace's files become that commit's, as uncommitted changes on top of the head, so commit records the restore as a new commit and no history is lost. The workspace_id stays valid."
+    )]
+    async fn restore(
+        &self,
+        Parameters(a): Parameters<p::Restore>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
         let c = caller(&ctx);
         let r = match self.ws(&ctx, &a.workspace_id) {
             Ok(e) => self.restore_inner(&c, e, a).await,
