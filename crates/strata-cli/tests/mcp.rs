@@ -220,6 +220,33 @@ fn the_agent_flow_over_streamable_http_needs_a_token() {
     assert!(server.stop().success());
 }
 
+/// Over HTTP a Sandbox belongs to the token that made it, a project
+/// scope holds for every REF, and a Sandbox left open is closed when the
+/// server stops.
+#[test]
+fn over_http_tokens_see_only_their_sandboxes_and_projects() {
+    let sb = Sb::new();
+    demo_project(&sb);
+    let a = sb.json(&["token", "create"])["token"].as_str().unwrap().to_string();
+    let b = sb.json(&["token", "create", "--project", "other"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let server = HttpServer::start(&sb);
+    let left = run_client(&sb, &["http-leave", &server.url, &a]);
+    let (sid, wid) = (
+        left["sandbox_id"].as_str().unwrap(),
+        left["workspace_id"].as_str().unwrap(),
+    );
+    let r = run_client(&sb, &["foreign", &server.url, &b, sid, wid]);
+    assert_eq!(r["ok"], true);
+    // Token B's attempts left A's Sandbox running.
+    let list = sb.json(&["sandbox", "list"]);
+    assert!(list.to_string().contains(sid), "{list}");
+    assert!(server.stop().success());
+    assert_no_sandbox(&sb, sid);
+}
+
 #[test]
 fn http_on_a_non_loopback_address_is_refused() {
     let sb = Sb::new();

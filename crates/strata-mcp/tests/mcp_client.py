@@ -4,6 +4,8 @@ Python SDK (the `mcp` package from PyPI) as the client.
     python mcp_client.py stdio STRATA_BIN STORE_DIR
     python mcp_client.py http URL TOKEN
     python mcp_client.py unauthorized URL
+    python mcp_client.py http-leave URL TOKEN
+    python mcp_client.py foreign URL OTHER_TOKEN SANDBOX_ID WORKSPACE_ID
     python mcp_client.py leave STRATA_BIN STORE_DIR
     python mcp_client.py bench STRATA_BIN STORE_DIR   (BENCH_N runs; docs/benchmarks.md)
 
@@ -218,6 +220,33 @@ async def flow(s: ClientSession) -> dict[str, Any]:
     return {"commit": commit, "base": base, "sandbox_id": sb}
 
 
+async def leave(s: ClientSession) -> dict[str, Any]:
+    """A Sandbox with a mounted Workspace, left open."""
+    a = Agent(s)
+    r = await a.ok("sandbox_create", {"labels": {"test": "mcp-leave"}})
+    sb = r.structured_content["sandbox_id"]
+    r = await a.ok("workspace_mount", {"sandbox_id": sb, "branch": "demo/main"})
+    return {"sandbox_id": sb, "workspace_id": r.structured_content["workspace_id"]}
+
+
+async def foreign(s: ClientSession, sb: str, ws: str) -> dict[str, Any]:
+    """Another token, limited to project `other`: another token's Sandbox
+    and Workspace are unknown to it, and project demo does not exist for it."""
+    a = Agent(s)
+    await a.err("status", {"workspace_id": ws}, "unknown workspace")
+    await a.err("read_file", {"workspace_id": ws, "path": "a"}, "unknown workspace")
+    await a.err("sandbox_close", {"sandbox_id": sb, "discard": True}, "unknown sandbox")
+    await a.err("workspace_mount", {"sandbox_id": sb, "branch": "other/main"}, "unknown sandbox")
+    await a.err("log", {"ref": "demo/main"}, "not found")
+    await a.err("fork", {"from": "demo/main", "new": "other/x"}, "not found")
+    await a.err("diff", {"from": "demo/main", "to": "demo/main"}, "not found")
+    r = await a.ok("sandbox_create", {})
+    own = r.structured_content["sandbox_id"]
+    await a.err("workspace_mount", {"sandbox_id": own, "branch": "demo/main"}, "not found")
+    await a.ok("sandbox_close", {"sandbox_id": own})
+    return {"ok": True}
+
+
 async def bench(s: ClientSession, n: int) -> dict[str, Any]:
     """One `run` of `true` end to end, n times after a warm-up: the
     client's view (JSON-RPC over the pipes, the tool, the exec in the
@@ -237,6 +266,13 @@ async def bench(s: ClientSession, n: int) -> dict[str, Any]:
         r = await s.call_tool("run", {"workspace_id": ws, "argv": ["true"]})
         times.append((time.perf_counter() - t0) * 1000)
         assert not r.is_error, text_of(r)
+    # For comparison: a tool call that is one request to the daemon and
+    # runs nothing (the protocol's and the client's share of the above).
+    status = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await s.call_tool("status", {"workspace_id": ws})
+        status.append((time.perf_counter() - t0) * 1000)
     await s.call_tool("sandbox_close", {"sandbox_id": sb})
     times.sort()
     return {
@@ -244,6 +280,7 @@ async def bench(s: ClientSession, n: int) -> dict[str, Any]:
         "median_ms": round(statistics.median(times), 3),
         "p90_ms": round(times[int(n * 0.9) - 1], 3),
         "min_ms": round(times[0], 3),
+        "status_median_ms": round(statistics.median(status), 3),
     }
 
 
@@ -271,6 +308,16 @@ async def main() -> None:
                 async with ClientSession(read, write) as s:
                     await s.initialize()
                     out = await flow(s)
+    elif mode in ("http-leave", "foreign"):
+        url, token = sys.argv[2], sys.argv[3]
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+            async with streamable_http_client(url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as s:
+                    await s.initialize()
+                    if mode == "http-leave":
+                        out = await leave(s)
+                    else:
+                        out = await foreign(s, sys.argv[4], sys.argv[5])
     elif mode == "unauthorized":
         url = sys.argv[2]
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
