@@ -227,7 +227,10 @@ fn the_agent_flow_over_streamable_http_needs_a_token() {
 fn over_http_tokens_see_only_their_sandboxes_and_projects() {
     let sb = Sb::new();
     demo_project(&sb);
-    let a = sb.json(&["token", "create"])["token"].as_str().unwrap().to_string();
+    let a = sb.json(&["token", "create"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let b = sb.json(&["token", "create", "--project", "other"])["token"]
         .as_str()
         .unwrap()
