@@ -16,6 +16,8 @@ use crate::run::exec;
 
 /// Largest text `read_file` returns without `offset`/`limit`.
 const READ_LIMIT: usize = 256 * 1024;
+/// Largest file `edit_file` edits.
+const EDIT_LIMIT: usize = 8 << 20;
 /// Most entries `list_files` and `glob` return.
 const LIST_LIMIT: usize = 2000;
 /// Longest line `grep` returns (longer ones are cut).
@@ -60,16 +62,27 @@ fn describe(out: &Output) -> String {
     }
 }
 
-/// The whole content of `path` as text.
-async fn read_text(ws: &Workspace, path: &str) -> Result<String, ToolError> {
-    let out = exec(ws, &["cat", "--", path], None).await?;
+/// The content of `path` as text, if it is at most `max` bytes: the
+/// command reads at most `max + 1` (`head -c`), so a huge file never
+/// reaches this process whole. `Ok(None)` when it is larger.
+async fn read_text(ws: &Workspace, path: &str, max: usize) -> Result<Option<String>, ToolError> {
+    let n = (max + 1).to_string();
+    // `head` opens a missing file or a directory with an error, like cat.
+    let out = exec(ws, &["head", "-c", &n, "--", path], None).await?;
     if !out.status.success() {
         return Err(failed(&format!("reading {path:?}"), &out));
     }
-    let n = out.stdout.len();
-    String::from_utf8(out.stdout).map_err(|_| {
+    if out.stdout.len() > max {
+        return Ok(None);
+    }
+    utf8(path, out.stdout).map(Some)
+}
+
+fn utf8(path: &str, bytes: Vec<u8>) -> Result<String, ToolError> {
+    let n = bytes.len();
+    String::from_utf8(bytes).map_err(|_| {
         ToolError::new(format!(
-            "{path:?} is not UTF-8 text ({n} bytes): use `run` with e.g. `od -c` or `file` to look at binary files"
+            "{path:?} is not UTF-8 text (at least {n} bytes): use `run` with e.g. `od -c` or `file` to look at binary files"
         ))
     })
 }
@@ -84,22 +97,22 @@ async fn write_bytes(ws: &Workspace, path: &str, data: &[u8]) -> Result<(), Tool
 
 pub(crate) async fn read_file(ws: &Workspace, p: params::ReadFile) -> ToolResult {
     let path = check_path(&p.path)?;
-    let content = read_text(ws, path).await?;
     if p.offset.is_none() && p.limit.is_none() {
-        if content.len() > READ_LIMIT {
-            let mut cut = READ_LIMIT;
-            while !content.is_char_boundary(cut) {
-                cut -= 1;
+        return match read_text(ws, path, READ_LIMIT).await? {
+            Some(content) => Ok(text(content)),
+            None => {
+                // Too large to return whole: its first READ_LIMIT bytes,
+                // cut at a line end, and how to read on.
+                let part = read_lines(ws, path, 1, None, READ_LIMIT).await?;
+                let shown = part.1.lines().count();
+                Ok(text(format!(
+                    "{}\n[... {path} is larger than {READ_LIMIT} bytes ({} lines in all); shown: lines 1-{shown}. Read on with offset={} and limit ...]",
+                    part.1,
+                    part.0,
+                    shown + 1
+                )))
             }
-            let lines = content[..cut].lines().count();
-            return Ok(text(format!(
-                "{}\n[... {path} is {} bytes; shown: the first {cut}. Read on with offset={} and limit ...]",
-                &content[..cut],
-                content.len(),
-                lines + 1
-            )));
-        }
-        return Ok(text(content));
+        };
     }
     let offset = p.offset.unwrap_or(1);
     if offset == 0 {
@@ -107,18 +120,62 @@ pub(crate) async fn read_file(ws: &Workspace, p: params::ReadFile) -> ToolResult
             "offset is 1-based: give 1 for the first line",
         ));
     }
-    let total = content.lines().count();
-    let lines: Vec<&str> = content
-        .split_inclusive('\n')
-        .skip(offset - 1)
-        .take(p.limit.unwrap_or(usize::MAX))
-        .collect();
-    if lines.is_empty() && total > 0 {
+    let (total, lines) = read_lines(ws, path, offset, p.limit, READ_LIMIT).await?;
+    if lines.is_empty() && total > 0 && offset > total {
         return Err(ToolError::new(format!(
             "offset {offset} is past the end of {path:?} ({total} lines)"
         )));
     }
-    Ok(text(lines.concat()))
+    Ok(text(lines))
+}
+
+/// (line count of the file, lines `offset..offset+limit` cut to at most
+/// `max` bytes at a line end), with `wc -l` and `sed -n` in the Sandbox.
+async fn read_lines(
+    ws: &Workspace,
+    path: &str,
+    offset: usize,
+    limit: Option<usize>,
+    max: usize,
+) -> Result<(usize, String), ToolError> {
+    const SCRIPT: &str =
+        r#"n=$(wc -l < "$1") || exit; echo "$n"; sed -n "$2,$3p" -- "$1" | head -c "$4""#;
+    let last = match limit {
+        Some(0) => {
+            return Err(ToolError::new(
+                "limit is 0: give the number of lines to read",
+            ))
+        }
+        Some(l) => offset.saturating_add(l - 1).to_string(),
+        None => "$".to_string(),
+    };
+    let (first, cap) = (offset.to_string(), (max + 1).to_string());
+    let out = exec(
+        ws,
+        &["sh", "-c", SCRIPT, "sh", path, &first, &last, &cap],
+        None,
+    )
+    .await?;
+    if !out.status.success() {
+        return Err(failed(&format!("reading {path:?}"), &out));
+    }
+    let nl = out
+        .stdout
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(out.stdout.len());
+    let total = String::from_utf8_lossy(&out.stdout[..nl])
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let mut body = out.stdout.get(nl + 1..).unwrap_or_default().to_vec();
+    if body.len() > max {
+        // Cut at the last whole line that fits.
+        body.truncate(max);
+        let end = body.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        body.truncate(end);
+    }
+    Ok((total, utf8(path, body)?))
 }
 
 pub(crate) async fn write_file(ws: &Workspace, p: params::WriteFile) -> ToolResult {
@@ -139,7 +196,11 @@ pub(crate) async fn edit_file(ws: &Workspace, p: params::EditFile) -> ToolResult
             "old_string and new_string are the same: nothing to change",
         ));
     }
-    let content = read_text(ws, path).await?;
+    let content = read_text(ws, path, EDIT_LIMIT).await?.ok_or_else(|| {
+        ToolError::new(format!(
+            "{path} is larger than {EDIT_LIMIT} bytes, too large to edit here: use `run` with sed or a script"
+        ))
+    })?;
     let n = content.matches(&p.old_string).count();
     if n == 0 {
         return Err(ToolError::new(format!(
@@ -233,11 +294,39 @@ pub(crate) async fn grep(ws: &Workspace, p: params::Grep) -> ToolResult {
         argv.push(i);
     }
     argv.extend(["--", &p.pattern, dir]);
-    let out = exec(ws, &argv, None).await?;
-    match out.status.code {
+    // At most max + 1 lines reach this process (`head`); grep's own
+    // status comes back on stderr's last line (141, SIGPIPE, when head
+    // stopped reading: there were more matches).
+    let script = format!(
+        r#"{{ "$@"; echo "grep-status:$?" >&2; }} | head -n {}"#,
+        max + 1
+    );
+    let mut full = vec!["sh", "-c", script.as_str(), "sh"];
+    full.extend(argv.iter().copied());
+    let out = exec(ws, &full, None).await?;
+    let err = out.stderr_str();
+    let status = err
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("grep-status:"))
+        .and_then(|c| c.trim().parse::<i32>().ok());
+    // 141: killed by SIGPIPE; 2 with EPIPE if the command ignores SIGPIPE.
+    let cut_short = status == Some(141) || (status == Some(2) && err.contains("Broken pipe"));
+    match status {
+        _ if cut_short => {}
         Some(0) => {}
         Some(1) => return Ok(text(format!("no matches for {:?} in {dir}", p.pattern))),
-        _ => return Err(failed(&format!("grep {:?}", p.pattern), &out)),
+        _ => {
+            let msg: Vec<&str> = err
+                .lines()
+                .filter(|l| !l.starts_with("grep-status:"))
+                .collect();
+            return Err(ToolError::new(format!(
+                "grep {:?} failed: {}",
+                p.pattern,
+                msg.join("\n")
+            )));
+        }
     }
     let all = out.stdout_str();
     let mut lines: Vec<String> = Vec::new();
@@ -260,8 +349,7 @@ pub(crate) async fn grep(ws: &Workspace, p: params::Grep) -> ToolResult {
     let mut s = lines.join("\n");
     if total > max {
         s.push_str(&format!(
-            "\n[... {} more matching lines not shown; narrow the pattern, path or include, or raise max_results ...]",
-            total - max
+            "\n[... more than {max} matching lines; the rest are not shown: narrow the pattern, path or include, or raise max_results ...]"
         ));
     }
     Ok(text(s))

@@ -181,6 +181,20 @@ async def flow(s: ClientSession) -> dict[str, Any]:
     r = await a.ok("grep", {"workspace_id": ws, "pattern": "absent-word"})
     assert "no matches" in text_of(r)
     await a.err("grep", {"workspace_id": ws, "pattern": "a", "path": "no/such/dir"}, "No such file")
+    await a.err("grep", {"workspace_id": ws, "pattern": "("}, "failed")
+    # Output beyond max_results is cut with a notice (the rest never leaves the Sandbox).
+    await a.ok("run", {"workspace_id": ws, "command": "seq 1 5000 > /tmp/many.txt"})
+    r = await a.ok("grep", {"workspace_id": ws, "pattern": "^[0-9]+$", "path": "/tmp/many.txt", "max_results": 3})
+    assert text_of(r).split("\n")[:3] == ["1:1", "2:2", "3:3"], text_of(r)
+    assert "more than 3 matching lines" in text_of(r), text_of(r)
+    # A file larger than read_file's limit comes back in part, cut at a line end.
+    await a.ok("run", {"workspace_id": ws, "command": "seq 1 100000 > /tmp/big.txt"})
+    r = await a.ok("read_file", {"workspace_id": ws, "path": "/tmp/big.txt"})
+    t = text_of(r)
+    assert t.startswith("1\n2\n") and "100000 lines in all" in t and "offset=" in t, t[-300:]
+    r = await a.ok("read_file", {"workspace_id": ws, "path": "/tmp/big.txt", "offset": 99999})
+    assert text_of(r) == "99999\n100000\n", text_of(r)
+    await a.err("read_file", {"workspace_id": ws, "path": "/tmp/big.txt", "offset": 100001}, "past the end")
 
     r = await a.ok("status", {"workspace_id": ws})
     changes = {c["path"]: c["kind"] for c in r.structured_content["changes"]}
