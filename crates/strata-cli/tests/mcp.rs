@@ -40,6 +40,11 @@ fn client() -> PathBuf {
 
 /// Run the client script; require success and return its one JSON line.
 fn run_client(sb: &Sb, args: &[&str]) -> Value {
+    run_client_with_stderr(sb, args).0
+}
+
+/// [`run_client`], and the stderr of the client and the stdio server.
+fn run_client_with_stderr(sb: &Sb, args: &[&str]) -> (Value, String) {
     let out = Command::new(python())
         .arg(client())
         .args(args)
@@ -55,7 +60,8 @@ fn run_client(sb: &Sb, args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let line = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(line).unwrap_or_else(|e| panic!("client output {stdout:?}: {e}"))
+    let v = serde_json::from_str(line).unwrap_or_else(|e| panic!("client output {stdout:?}: {e}"));
+    (v, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 /// Project `demo` with files the command uid (1500) owns, so an agent may
@@ -153,6 +159,31 @@ fn a_sandbox_left_open_is_closed_when_the_client_closes_stdin() {
     let store = sb.env.store.to_str().unwrap();
     let result = run_client(&sb, &["leave", BIN, store]);
     assert_no_sandbox(&sb, result["sandbox_id"].as_str().unwrap());
+}
+
+/// Closing would delete uncommitted work: such a Sandbox is left running,
+/// named on stderr, and its file is still there for `strata ws commit`.
+#[test]
+fn a_sandbox_with_uncommitted_work_is_left_running_and_named_at_the_end() {
+    let sb = Sb::new();
+    demo_project(&sb);
+    let store = sb.env.store.to_str().unwrap();
+    let (r, stderr) = run_client_with_stderr(&sb, &["leave-dirty", BIN, store]);
+    let (sid, wid) = (
+        r["sandbox_id"].as_str().unwrap(),
+        r["workspace_id"].as_str().unwrap(),
+    );
+    assert!(
+        stderr.contains(&format!("left sandbox {sid} running")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("strata sandbox rm --discard"), "{stderr}");
+    let st = sb.json(&["ws", "status", wid]);
+    assert!(st.to_string().contains("wip.txt"), "{st}");
+    sb.ok(&["ws", "commit", wid, "-m", "saved after the session"]);
+    assert_eq!(sb.ok(&["cat", "demo/main", "wip.txt"]), b"wip");
+    sb.ok(&["sandbox", "rm", sid]);
+    assert_no_sandbox(&sb, sid);
 }
 
 /// `strata mcp --http 127.0.0.1:0`, with its ready line read.

@@ -7,6 +7,7 @@ Python SDK (the `mcp` package from PyPI) as the client.
     python mcp_client.py http-leave URL TOKEN
     python mcp_client.py foreign URL OTHER_TOKEN SANDBOX_ID WORKSPACE_ID
     python mcp_client.py leave STRATA_BIN STORE_DIR
+    python mcp_client.py leave-dirty STRATA_BIN STORE_DIR   (with an uncommitted file)
     python mcp_client.py bench STRATA_BIN STORE_DIR   (BENCH_N runs; docs/benchmarks.md)
 
 `stdio` and `http` list the tools, then run the agent flow on project
@@ -300,14 +301,18 @@ async def bench(s: ClientSession, n: int) -> dict[str, Any]:
 
 async def main() -> None:
     mode = sys.argv[1]
-    if mode in ("stdio", "leave", "bench"):
+    if mode in ("stdio", "leave", "leave-dirty", "bench"):
         # The client passes only a minimal environment on; the Sandbox
         # state root the test chose must reach the server.
         env = {k: v for k, v in os.environ.items() if k == "STRATA_SANDBOX_STATE"}
         params = StdioServerParameters(command=sys.argv[2], args=["--store", sys.argv[3], "mcp"], env=env)
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
-            if mode == "bench":
+            if mode == "leave-dirty":
+                out = await leave(s)
+                a = Agent(s)
+                await a.ok("write_file", {"workspace_id": out["workspace_id"], "path": "wip.txt", "content": "wip"})
+            elif mode == "bench":
                 out = await bench(s, int(os.environ.get("BENCH_N", "100")))
             elif mode == "leave":
                 r = await s.call_tool("sandbox_create", {"labels": {"test": "mcp-leave"}})
