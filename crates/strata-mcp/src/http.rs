@@ -104,6 +104,7 @@ pub async fn serve_http(
     let shared = Arc::new(Shared {
         backend,
         registry: Registry::default(),
+        authenticated: true,
     });
     let ct = CancellationToken::new();
     let factory_shared = shared.clone();

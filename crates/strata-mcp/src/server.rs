@@ -30,6 +30,8 @@ diff/log to compare history, restore to go back. Close the Sandbox with sandbox_
 pub(crate) struct Shared {
     pub backend: Backend,
     pub registry: Registry,
+    /// Every request must carry a verified [`Caller`] (HTTP).
+    pub authenticated: bool,
 }
 
 /// The MCP server: one per client over stdio; over HTTP the transport
@@ -53,12 +55,21 @@ fn ok_json(text: String, v: serde_json::Value) -> CallToolResult {
 }
 
 /// The caller of a request: the token the HTTP layer verified and put in
-/// the request's extensions, else the local stdio user.
-fn caller(ctx: &RequestContext<RoleServer>) -> Caller {
-    ctx.extensions
+/// the request's extensions. A server behind that layer refuses a request
+/// without one (never falling back to the unrestricted local caller); over
+/// stdio the caller is the local user.
+fn caller(shared: &Shared, ctx: &RequestContext<RoleServer>) -> Result<Caller, ToolError> {
+    let verified = ctx
+        .extensions
         .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Caller>().cloned())
-        .unwrap_or_else(Caller::local)
+        .and_then(|parts| parts.extensions.get::<Caller>().cloned());
+    match verified {
+        Some(c) => Ok(c),
+        None if shared.authenticated => Err(ToolError::new(
+            "this request carries no verified token: send `Authorization: Bearer TOKEN`",
+        )),
+        None => Ok(Caller::local()),
+    }
 }
 
 impl StrataMcp {
@@ -67,6 +78,7 @@ impl StrataMcp {
         StrataMcp::with_shared(Arc::new(Shared {
             backend,
             registry: Registry::default(),
+            authenticated: false,
         }))
     }
 
@@ -78,7 +90,9 @@ impl StrataMcp {
     }
 
     fn ws(&self, ctx: &RequestContext<RoleServer>, id: &str) -> Result<WorkspaceEntry, ToolError> {
-        self.shared.registry.workspace(&caller(ctx), id)
+        self.shared
+            .registry
+            .workspace(&caller(&self.shared, ctx)?, id)
     }
 
     async fn sandbox_create_inner(&self, c: &Caller, a: p::SandboxCreate) -> ToolResult {
@@ -221,7 +235,11 @@ impl StrataMcp {
         Parameters(a): Parameters<p::SandboxCreate>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        done(self.sandbox_create_inner(&caller(&ctx), a).await)
+        let r = match caller(&self.shared, &ctx) {
+            Ok(c) => self.sandbox_create_inner(&c, a).await,
+            Err(e) => Err(e),
+        };
+        done(r)
     }
 
     #[tool(
@@ -232,7 +250,11 @@ impl StrataMcp {
         Parameters(a): Parameters<p::SandboxClose>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        done(self.sandbox_close_inner(&caller(&ctx), a).await)
+        let r = match caller(&self.shared, &ctx) {
+            Ok(c) => self.sandbox_close_inner(&c, a).await,
+            Err(e) => Err(e),
+        };
+        done(r)
     }
 
     #[tool(
@@ -243,7 +265,11 @@ impl StrataMcp {
         Parameters(a): Parameters<p::WorkspaceMount>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        done(self.workspace_mount_inner(&caller(&ctx), a).await)
+        let r = match caller(&self.shared, &ctx) {
+            Ok(c) => self.workspace_mount_inner(&c, a).await,
+            Err(e) => Err(e),
+        };
+        done(r)
     }
 
     #[tool(
@@ -430,7 +456,7 @@ impl StrataMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let r = async {
-            let c = caller(&ctx);
+            let c = caller(&self.shared, &ctx)?;
             self.shared.backend.check_ref(&c, &a.from).await?;
             self.shared.backend.check_ref(&c, &a.to).await?;
             let changes = self.shared.backend.diff(&a.from, &a.to).await?;
@@ -464,7 +490,7 @@ impl StrataMcp {
         let r = async {
             self.shared
                 .backend
-                .check_ref(&caller(&ctx), &a.reference)
+                .check_ref(&caller(&self.shared, &ctx)?, &a.reference)
                 .await?;
             let commits = self
                 .shared
@@ -495,7 +521,7 @@ impl StrataMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let r = async {
-            let c = caller(&ctx);
+            let c = caller(&self.shared, &ctx)?;
             self.shared.backend.check_ref(&c, &a.from).await?;
             self.shared.backend.check_branch(&c, &a.new)?;
             let at = self.shared.backend.fork(&a.from, &a.new).await?;
@@ -516,10 +542,9 @@ impl StrataMcp {
         Parameters(a): Parameters<p::Restore>,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let c = caller(&ctx);
-        let r = match self.ws(&ctx, &a.workspace_id) {
-            Ok(e) => self.restore_inner(&c, e, a).await,
-            Err(e) => Err(e),
+        let r = match (caller(&self.shared, &ctx), self.ws(&ctx, &a.workspace_id)) {
+            (Ok(c), Ok(e)) => self.restore_inner(&c, e, a).await,
+            (Err(e), _) | (_, Err(e)) => Err(e),
         };
         done(r)
     }

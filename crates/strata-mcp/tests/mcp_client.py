@@ -166,6 +166,11 @@ async def flow(s: ClientSession) -> dict[str, Any]:
     await a.err("run", {"workspace_id": ws, "argv": ["/no/such/program"]}, "ENOENT")
     await a.err("run", {"workspace_id": ws}, "give `command`")
     await a.ok("run", {"workspace_id": ws, "argv": ["true"]})
+    r = await a.ok("run", {"workspace_id": ws, "argv": ["tr", "a-z", "A-Z"], "stdin": "abc\n", "env": {"X": "1"}})
+    assert r.structured_content["stdout"] == "ABC\n", r.structured_content
+    r = await a.ok("run", {"workspace_id": ws, "command": "pwd; echo $X", "cwd": "src", "env": {"X": "42"}})
+    assert r.structured_content["stdout"] == "/workspace/src\n42\n", r.structured_content
+    await a.err("run", {"workspace_id": ws, "argv": ["true"], "cwd": "/etc"}, "outside the Workspace")
 
     r = await a.ok("list_files", {"workspace_id": ws})
     assert text_of(r).split("\n") == ["README.md", "notes/", "src/"], text_of(r)
