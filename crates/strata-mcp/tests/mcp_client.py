@@ -163,6 +163,20 @@ async def flow(s: ClientSession) -> dict[str, Any]:
     r = await s.call_tool("run", {"workspace_id": ws, "command": "head -c 100000 /dev/zero | tr '\\0' x"})
     assert not r.is_error and r.structured_content["stdout_omitted_bytes"] == 100000 - 32768, r.structured_content
     assert "bytes of stdout not shown" in r.structured_content["stdout"]
+    # A request the client gives up on (read timeout: notifications/cancelled)
+    # stops its command: the second write never happens.
+    try:
+        await s.call_tool(
+            "run",
+            {"workspace_id": ws, "command": "echo started > /tmp/c; sleep 3; echo finished > /tmp/c"},
+            read_timeout_seconds=1.5,
+        )
+        raise AssertionError("the run should have timed out on the client's side")
+    except Exception as e:  # the SDK's timeout error
+        assert "AssertionError" not in type(e).__name__, e
+    await asyncio.sleep(3.5)
+    r = await a.ok("read_file", {"workspace_id": ws, "path": "/tmp/c"})
+    assert text_of(r) == "started\n", repr(text_of(r))
     await a.err("run", {"workspace_id": ws, "argv": ["/no/such/program"]}, "ENOENT")
     await a.err("run", {"workspace_id": ws}, "give `command`")
     await a.ok("run", {"workspace_id": ws, "argv": ["true"]})
