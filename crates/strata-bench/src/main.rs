@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod fs;
+mod mcp;
 mod report;
 mod rootless;
 mod sandbox;
@@ -23,7 +24,7 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs, sandbox, rootless, server).
+    /// Run only this group (store, fs, sandbox, rootless, server, mcp).
     #[arg(long)]
     only: Option<String>,
     /// Run only the workloads whose name contains one of these
@@ -64,6 +65,8 @@ fn main() -> anyhow::Result<()> {
     strata_rootless::maybe_run_internal();
     // So does the sandbox group (Sandbox init, daemon, exec helper).
     strata_sdk::maybe_run_internal();
+    // And the mcp group (its `strata mcp` server on stdio).
+    mcp::maybe_serve();
     let args = Args::parse();
     let base = args
         .scratch
@@ -84,6 +87,7 @@ fn main() -> anyhow::Result<()> {
         ("sandbox", sandbox::run),
         ("rootless", rootless::run),
         ("server", server::run),
+        ("mcp", mcp::run),
     ];
     let mut rows = Vec::new();
     for (name, f) in groups {

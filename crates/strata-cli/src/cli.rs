@@ -162,6 +162,13 @@ pub enum Command {
     /// Bearer tokens for `strata serve`: create, list, revoke.
     #[command(subcommand)]
     Token(crate::serve::TokenCmd),
+    /// Serve the Model Context Protocol (docs/mcp.md): tools for agents to
+    /// work in Sandboxes and Workspaces, on stdio (until stdin closes) or
+    /// on --http ADDR with bearer tokens.
+    #[command(
+        after_help = "Examples:\n  strata --store /var/tmp/store mcp\n  strata mcp --http 127.0.0.1:8766"
+    )]
+    Mcp(crate::mcp::McpArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  strata completions bash > /etc/bash_completion.d/strata\n  strata completions zsh > ~/.zfunc/_strata\n  strata completions fish > ~/.config/fish/completions/strata.fish"

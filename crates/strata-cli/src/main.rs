@@ -11,6 +11,7 @@ mod demo;
 mod demo_sandbox;
 mod demo_steps;
 mod exec;
+mod mcp;
 mod mount;
 mod output;
 mod probe;
