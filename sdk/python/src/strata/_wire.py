@@ -25,10 +25,12 @@ from typing import (
     Sequence,
     TypeVar,
     Union,
+    cast,
 )
 
 import httpx
 
+from ._pin import pinned_transport
 from .errors import ConfigError, RequestTimeout, TransportError, error_for
 
 T = TypeVar("T")
@@ -213,10 +215,21 @@ def _transport_error(e: httpx.HTTPError, req: Req, where: str) -> TransportError
 class SyncDriver:
     """Performs flows with an ``httpx.Client`` (one pooled connection set)."""
 
-    def __init__(self, ep: Endpoint, token: str, timeout: Optional[float], verify: Any) -> None:
+    def __init__(
+        self,
+        ep: Endpoint,
+        token: str,
+        timeout: Optional[float],
+        verify: Any,
+        fingerprint: Optional[str] = None,
+    ) -> None:
         self.endpoint = ep
         self.timeout = timeout
-        transport = httpx.HTTPTransport(uds=ep.uds, verify=verify) if ep.uds else None
+        transport: Optional[httpx.BaseTransport] = None
+        if fingerprint is not None:
+            transport = cast(httpx.HTTPTransport, pinned_transport(fingerprint, False))
+        elif ep.uds:
+            transport = httpx.HTTPTransport(uds=ep.uds, verify=verify)
         self.client = httpx.Client(
             base_url=ep.base_url,
             transport=transport,
@@ -360,10 +373,21 @@ class _AsyncStream:
 class AsyncDriver:
     """Performs flows with an ``httpx.AsyncClient`` (asyncio)."""
 
-    def __init__(self, ep: Endpoint, token: str, timeout: Optional[float], verify: Any) -> None:
+    def __init__(
+        self,
+        ep: Endpoint,
+        token: str,
+        timeout: Optional[float],
+        verify: Any,
+        fingerprint: Optional[str] = None,
+    ) -> None:
         self.endpoint = ep
         self.timeout = timeout
-        transport = httpx.AsyncHTTPTransport(uds=ep.uds, verify=verify) if ep.uds else None
+        transport: Optional[httpx.AsyncBaseTransport] = None
+        if fingerprint is not None:
+            transport = cast(httpx.AsyncHTTPTransport, pinned_transport(fingerprint, True))
+        elif ep.uds:
+            transport = httpx.AsyncHTTPTransport(uds=ep.uds, verify=verify)
         self.client = httpx.AsyncClient(
             base_url=ep.base_url,
             transport=transport,

@@ -4,6 +4,7 @@ surface as the synchronous :class:`strata.Strata` with ``await`` (and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, AsyncIterator, Mapping, Optional, Sequence, Union
 
@@ -11,6 +12,7 @@ from . import _ops as ops
 from ._ops import Callback, Data
 from ._wire import DEFAULT, DEFAULT_TIMEOUT, AsyncDriver, parse_url
 from .client import SLOW_TIMEOUT, resolve
+from .errors import ConfigError
 from .types import (
     Branch,
     Commit,
@@ -56,6 +58,7 @@ class AsyncStrata:
         store: Union[str, Path, None] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         verify: Any = True,
+        fingerprint: Optional[str] = None,
     ) -> AsyncStrata:
         """Connect to a server.
 
@@ -72,11 +75,19 @@ class AsyncStrata:
                 also take their own ``timeout=``.
             verify: TLS verification for ``https://`` (a CA bundle path or
                 an ``ssl.SSLContext``), as httpx takes it.
+            fingerprint: for ``https://``, accept exactly the certificate
+                with this SHA-256 (``sha256:HEX``, as ``strata serve
+                --tls-generate`` prints it) instead of verifying a CA
+                chain; default ``STRATA_REMOTE_FINGERPRINT``.
 
         Nothing is sent until the first call (:meth:`ping` checks).
         """
         url, tok = resolve(url, token, token_file, store)
-        return cls(AsyncDriver(parse_url(url), tok, timeout, verify))
+        ep = parse_url(url)
+        fp = fingerprint or os.environ.get("STRATA_REMOTE_FINGERPRINT") or None
+        if fp is not None and not ep.base_url.startswith("https://"):
+            raise ConfigError(f"a pinned fingerprint needs an https:// server, not {url}")
+        return cls(AsyncDriver(ep, tok, timeout, verify, fp))
 
     async def close(self) -> None:
         """Close the connections (Sandboxes keep running)."""

@@ -90,6 +90,7 @@ class Strata:
         store: Union[str, Path, None] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         verify: Any = True,
+        fingerprint: Optional[str] = None,
     ) -> Strata:
         """Connect to a server.
 
@@ -106,11 +107,19 @@ class Strata:
                 also take their own ``timeout=``.
             verify: TLS verification for ``https://`` (a CA bundle path or
                 an ``ssl.SSLContext``), as httpx takes it.
+            fingerprint: for ``https://``, accept exactly the certificate
+                with this SHA-256 (``sha256:HEX``, as ``strata serve
+                --tls-generate`` prints it) instead of verifying a CA
+                chain; default ``STRATA_REMOTE_FINGERPRINT``.
 
         Nothing is sent until the first call (:meth:`ping` checks).
         """
         url, tok = resolve(url, token, token_file, store)
-        return cls(SyncDriver(parse_url(url), tok, timeout, verify))
+        ep = parse_url(url)
+        fp = fingerprint or os.environ.get("STRATA_REMOTE_FINGERPRINT") or None
+        if fp is not None and not ep.base_url.startswith("https://"):
+            raise ConfigError(f"a pinned fingerprint needs an https:// server, not {url}")
+        return cls(SyncDriver(ep, tok, timeout, verify, fp))
 
     def close(self) -> None:
         """Close the connections (Sandboxes keep running)."""
