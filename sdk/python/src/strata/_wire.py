@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import (
     Any,
+    AsyncGenerator,
     AsyncIterator,
     Generator,
     Iterator,
@@ -279,7 +280,7 @@ class SyncDriver:
             return op.value
         raise TypeError(f"unexpected {op!r}")
 
-    def _iter(self, flow: Flow[Any]) -> Iterator[Any]:
+    def _iter(self, flow: Flow[Any]) -> Generator[Any, None, None]:
         opened: list[Any] = []
         try:
             send: Any = None
@@ -305,18 +306,26 @@ class SyncDriver:
 
     def run(self, flow: Flow[T]) -> T:
         """Perform a flow to its result."""
-        for v in self._iter(flow):
-            if isinstance(v, _Done):
-                return v.value  # type: ignore[no-any-return]
+        it = self._iter(flow)
+        try:
+            for v in it:
+                if isinstance(v, _Done):
+                    return v.value  # type: ignore[no-any-return]
+        finally:
+            it.close()  # closes any stream the flow left open, now
         raise RuntimeError("flow ended without a result")  # pragma: no cover
 
     def iterate(self, flow: Flow[Any]) -> Iterator[Any]:
         """Perform a flow, yielding what it emits; stopping early closes its
         streams."""
-        for v in self._iter(flow):
-            if isinstance(v, _Done):
-                return
-            yield v
+        it = self._iter(flow)
+        try:
+            for v in it:
+                if isinstance(v, _Done):
+                    return
+                yield v
+        finally:
+            it.close()
 
 
 class _Done:
@@ -434,7 +443,7 @@ class AsyncDriver:
             return op.value
         raise TypeError(f"unexpected {op!r}")
 
-    async def _iter(self, flow: Flow[Any]) -> AsyncIterator[Any]:
+    async def _iter(self, flow: Flow[Any]) -> AsyncGenerator[Any, None]:
         opened: list[Any] = []
         try:
             send: Any = None
@@ -466,7 +475,7 @@ class AsyncDriver:
                 if isinstance(v, _Done):
                     return v.value  # type: ignore[no-any-return]
         finally:
-            await it.aclose()  # type: ignore[attr-defined]
+            await it.aclose()
         raise RuntimeError("flow ended without a result")  # pragma: no cover
 
     async def iterate(self, flow: Flow[Any]) -> AsyncIterator[Any]:
@@ -478,4 +487,4 @@ class AsyncDriver:
                     return
                 yield v
         finally:
-            await it.aclose()  # type: ignore[attr-defined]
+            await it.aclose()
