@@ -19,7 +19,7 @@ def test_sizes() -> None:
     assert ops.parse_size(4096) == 4096
     for bad in ("two gigs", "-1G", "0", 0, True):
         with pytest.raises(ValueError):
-            ops.parse_size(bad)  # type: ignore[arg-type]
+            ops.parse_size(bad)
 
 
 def test_refs_and_urls() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, AsyncIterator, Mapping, Optional, Sequence, Union
+from typing import Any, AsyncIterator, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _ops as ops
 from ._ops import Callback, Data
@@ -335,6 +335,36 @@ class Workspace:
     def __repr__(self) -> str:
         return f"<strata.Workspace {self.id} {self.info.branch} at {self.path}>"
 
+    @overload
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[Data, bool, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        background: Literal[False] = False,
+    ) -> RunResult: ...
+
+    @overload
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[Data, bool, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        background: Literal[True],
+    ) -> Process: ...
+
     async def run(
         self,
         argv: Sequence[str],
@@ -347,7 +377,7 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: bool = False,
-    ) -> Any:
+    ) -> Union[RunResult, Process]:
         """Run a command (no shell: ``argv[0]`` is the program) in this
         Workspace.
 

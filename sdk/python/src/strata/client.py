@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _ops as ops
 from ._ops import Callback, Data
@@ -367,6 +367,36 @@ class Workspace:
     def __repr__(self) -> str:
         return f"<strata.Workspace {self.id} {self.info.branch} at {self.path}>"
 
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[Data, bool, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        background: Literal[False] = False,
+    ) -> RunResult: ...
+
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[Data, bool, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        background: Literal[True],
+    ) -> Process: ...
+
     def run(
         self,
         argv: Sequence[str],
@@ -379,7 +409,7 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: bool = False,
-    ) -> Any:
+    ) -> Union[RunResult, Process]:
         """Run a command (no shell: ``argv[0]`` is the program) in this
         Workspace.
 
