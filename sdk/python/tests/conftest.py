@@ -107,7 +107,7 @@ def server() -> Iterator[Server]:
             with strata.Strata.connect(srv.url, srv.token) as s:
                 for sb in s.sandboxes.list():
                     try:
-                        sb.close()
+                        sb.close(discard=True)
                     except strata.StrataError:
                         pass
         except strata.StrataError:
@@ -168,7 +168,7 @@ def sandbox(s: strata.Strata) -> Iterator[strata.Sandbox]:
         yield sb
     finally:
         try:
-            sb.close()
+            sb.close(discard=True)
         except strata.NotFound:
             pass
 

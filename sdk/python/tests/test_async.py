@@ -76,6 +76,6 @@ def test_async_flow(server: Server, project: str) -> None:
                 assert await s.read(agent, "f2") == b"2\n"
                 assert {d.path for d in await s.diff(f"{project}/main", agent)} == {"f0", "f1", "f2"}
             finally:
-                await sb.close()
+                await sb.close(discard=True)
 
     asyncio.run(main())

@@ -49,8 +49,10 @@ def test_flow_end_to_end(s: strata.Strata, project: str) -> None:
         assert s.log(agent)[0].message == "flow: out.txt"
         assert "exec" in sb.logs(50)
         ws.unmount()
-    finally:
         sb.close()
+    finally:
+        if find_sandbox(s, sb.id) is not None:
+            sb.close(discard=True)
     with pytest.raises(strata.NotFound):
         s.sandboxes.get(sb.id)
     assert find_sandbox(s, sb.id) is None
@@ -176,7 +178,7 @@ def test_scoped_token_and_sandboxes(server: Server, s: strata.Strata, project: s
                 sb.mount(f"{other}/main")
             assert sb.mount(f"{project}/main").run(["cat", "README"]).stdout == "demo project\n"
         finally:
-            sb.close()
+            sb.close(discard=True)
 
 
 def test_output_back_pressure(sandbox: strata.Sandbox, project: str) -> None:

@@ -302,8 +302,9 @@ def restart_sandbox(sid: str, timeout: Any) -> Flow[SandboxInfo]:
         return info
 
 
-def close_sandbox(sid: str, timeout: Any) -> Flow[None]:
-    yield Call(Req("DELETE", sb_path(sid), timeout=timeout))
+def close_sandbox(sid: str, discard: bool, timeout: Any) -> Flow[None]:
+    params = [("discard", "true")] if discard else None
+    yield Call(Req("DELETE", sb_path(sid), params=params, timeout=timeout))
     return None
 
 

@@ -276,7 +276,9 @@ class Sandbox:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        # Leaving the block closes the Sandbox; what was not committed
+        # by then is dropped.
+        await self.close(discard=True)
 
     async def refresh(self) -> SandboxInfo:
         """Read the Sandbox's state again."""
@@ -303,9 +305,13 @@ class Sandbox:
         are mounted again)."""
         self.info = await self._d.run(ops.restart_sandbox(self.id, timeout))
 
-    async def close(self, *, timeout: Optional[float] = SLOW_TIMEOUT) -> None:
-        """Stop the Sandbox and remove it (uncommitted changes are lost)."""
-        await self._d.run(ops.close_sandbox(self.id, timeout))
+    async def close(
+        self, *, discard: bool = False, timeout: Optional[float] = SLOW_TIMEOUT
+    ) -> None:
+        """Stop the Sandbox and remove it. A Workspace with uncommitted
+        changes makes it refuse (:class:`strata.Uncommitted`, nothing
+        stopped) unless ``discard=True``, which drops them."""
+        await self._d.run(ops.close_sandbox(self.id, discard, timeout))
 
     def process(self, exec_id: str) -> Process:
         """A handle on a running (or ended) command by its exec id."""

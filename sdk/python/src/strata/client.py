@@ -308,7 +308,9 @@ class Sandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # Leaving the block closes the Sandbox; what was not committed
+        # by then is dropped.
+        self.close(discard=True)
 
     def refresh(self) -> SandboxInfo:
         """Read the Sandbox's state again."""
@@ -335,9 +337,13 @@ class Sandbox:
         are mounted again)."""
         self.info = self._d.run(ops.restart_sandbox(self.id, timeout))
 
-    def close(self, *, timeout: Optional[float] = SLOW_TIMEOUT) -> None:
-        """Stop the Sandbox and remove it (uncommitted changes are lost)."""
-        self._d.run(ops.close_sandbox(self.id, timeout))
+    def close(
+        self, *, discard: bool = False, timeout: Optional[float] = SLOW_TIMEOUT
+    ) -> None:
+        """Stop the Sandbox and remove it. A Workspace with uncommitted
+        changes makes it refuse (:class:`strata.Uncommitted`, nothing
+        stopped) unless ``discard=True``, which drops them."""
+        self._d.run(ops.close_sandbox(self.id, discard, timeout))
 
     def process(self, exec_id: str) -> Process:
         """A handle on a running (or ended) command by its exec id."""

@@ -33,6 +33,7 @@ __all__ = [
     "StdinClosed",
     "Uncommitted",
     "MountMoved",
+    "Stopped",
     "PayloadTooLarge",
     "UnsupportedMediaType",
     "RangeNotSatisfiable",
@@ -171,6 +172,13 @@ class MountMoved(ApiError):
     code_name = "mount_moved"
 
 
+class Stopped(ApiError):
+    """409 ``stopped``: the Sandbox's daemon does not answer; restart the
+    Sandbox (``sb.restart()``)."""
+
+    code_name = "stopped"
+
+
 class PayloadTooLarge(ApiError):
     """413 ``payload_too_large``: the body is above the server's limit."""
 
@@ -245,6 +253,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "stdin_closed": StdinClosed,
     "uncommitted": Uncommitted,
     "mount_moved": MountMoved,
+    "stopped": Stopped,
     "payload_too_large": PayloadTooLarge,
     "unsupported_media_type": UnsupportedMediaType,
     "range_not_satisfiable": RangeNotSatisfiable,
