@@ -304,7 +304,7 @@ async fn round_trip_owner_and_commit(dir: &std::path::Path) {
     assert!(store.read_file("p/main", "made/a/b").await.is_err());
     assert!(store.read_file("p/main", "dir/a.txt").await.is_err());
     // Owner and mode as the Store recorded them.
-    let raw = strata_store::Store::open(store.dir(), &Default::default()).unwrap();
+    let raw = strata_store::Store::open(&store.dir(), &Default::default()).unwrap();
     let head = raw
         .branch_head(&strata_store::BranchRef::parse("p/main").unwrap())
         .unwrap();

@@ -35,6 +35,21 @@ pub(super) fn parse_user(u: &str) -> AppResult<strata_sandbox::Identity> {
     strata_sandbox::Identity::new(uid, gid).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
+/// Longest wait, timeout or grace period a request may ask for: u32::MAX
+/// milliseconds (49 days). Far larger ones would overflow the clock
+/// (`Instant + Duration` panics), so the document and the daemon both
+/// stop here.
+pub(super) const MAX_MS: u64 = u32::MAX as u64;
+
+pub(super) fn check_ms(ms: Option<u64>, what: &str) -> AppResult<()> {
+    match ms {
+        Some(v) if v > MAX_MS => Err(ApiError::invalid(format!(
+            "{what} is {v}: at most {MAX_MS} milliseconds (49 days)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn new_exec_id() -> String {
     format!("x{:016x}", rand::random::<u64>())
 }
@@ -82,6 +97,7 @@ pub(super) async fn exec_create(
             "timeout_ms is 0: give at least 1 (milliseconds), or leave it out for no timeout",
         ));
     }
+    check_ms(req.timeout_ms, "timeout_ms")?;
     if req.tty_size.is_some_and(|[r, c]| r == 0 || c == 0) {
         return Err(ApiError::invalid(
             "tty_size: rows and cols must be at least 1",
@@ -238,6 +254,7 @@ pub(super) async fn exec_wait(
     ApiQuery(q): ApiQuery<WaitQuery>,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
+    check_ms(q.timeout_ms, "timeout_ms")?;
     Ok(Json(e.wait(q.timeout_ms.map(Duration::from_millis)).await))
 }
 
@@ -309,8 +326,9 @@ pub(super) async fn exec_cancel(
     ApiBytes(body): ApiBytes,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
-    let grace = optional_json::<CancelRequest>(&body)?
-        .and_then(|b| b.grace_ms)
+    let grace_ms = optional_json::<CancelRequest>(&body)?.and_then(|b| b.grace_ms);
+    check_ms(grace_ms, "grace_ms")?;
+    let grace = grace_ms
         .map(Duration::from_millis)
         .unwrap_or(crate::exec::DEFAULT_GRACE);
     Ok(Json(e.cancel(grace).await))
