@@ -299,6 +299,18 @@ fn bad_input_is_refused() {
         serde_json::json!({"argv": ["true"], "cwd": format!("{path}/../..")}),
         "cwd with ..",
     );
+    let r = d.req(
+        "POST",
+        "/v1/execs",
+        Some(&serde_json::json!({"argv": ["true"], "cwd": "/tmp", "workspace": ws})),
+    );
+    assert_eq!(
+        r.status,
+        409,
+        "cwd outside the named workspace: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["error"]["code"], "invalid_input");
     bad(
         serde_json::json!({"argv": ["true"], "user": "0:0"}),
         "root user",

@@ -158,11 +158,18 @@ pub(super) async fn exec_create(
             };
         let cwd = cwd_req.clone().unwrap_or_else(|| entry.path.clone());
         if !cwd.starts_with(&entry.path) {
-            return Err(ApiError::invalid(format!(
-                "cwd {} is outside workspace {id} (mounted at {})",
-                cwd.display(),
-                entry.path.display()
-            )));
+            // Depends on where the Workspace is mounted, not on the
+            // request alone: 409, with the code of bad input.
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                crate::api::ErrorCode::InvalidInput,
+                format!(
+                    "cwd {} is outside workspace {id} (mounted at {})",
+                    cwd.display(),
+                    entry.path.display()
+                ),
+            )
+            .hint("give a cwd under the Workspace's mount path, or leave it out"));
         }
         (id.clone(), cwd)
     };
