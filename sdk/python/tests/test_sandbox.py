@@ -182,18 +182,20 @@ def test_scoped_token_and_sandboxes(server: Server, s: strata.Strata, project: s
 
 
 def test_output_back_pressure(sandbox: strata.Sandbox, project: str) -> None:
-    """A reader that does not read stops the command: the writer blocks in
-    the kernel's pipe_write (its /proc wchan), it has not finished, and
-    nothing piles up; reading then gets every byte."""
+    """A reader that stops reading stops the command, through the whole
+    chain (this client reads no further than asked, the server relays no
+    faster than it is read, the daemon's buffer is bounded): the writer
+    blocks in the kernel's pipe_write (its /proc wchan) and has not
+    finished; reading on then gets every byte."""
     ws = sandbox.mount(f"{project}/main")
-    size = 32 * 1024 * 1024
-    p = ws.run(
-        ["sh", "-c", f"head -c {size} /dev/zero; echo done > marker"], background=True
-    )
+    size = 16 * 1024 * 1024
+    p = ws.run(["sh", "-c", f"head -c {size} /dev/zero; echo done > marker"], background=True)
+    it = p.output(timeout=120)
+    first = next(it)  # attached, then not reading
     blocked = ""
-    for _ in range(200):
+    for _ in range(300):
         probe = ws.run(
-            ["sh", "-c", "for p in /proc/[0-9]*; do [ \"$(cat $p/comm)\" = head ] && cat $p/wchan; done; echo"]
+            ["sh", "-c", 'for p in /proc/[0-9]*; do [ "$(cat $p/comm)" = head ] && cat $p/wchan; done; echo']
         )
         blocked = probe.stdout.strip()
         if blocked == "pipe_write":
@@ -201,7 +203,7 @@ def test_output_back_pressure(sandbox: strata.Sandbox, project: str) -> None:
     assert blocked == "pipe_write", f"the writer is not blocked on its pipe: {blocked!r}"
     assert not ws.run(["test", "-e", "marker"]).ok
     assert p.poll() is None
-    total = sum(len(ev.data) for ev in p.output(timeout=120))
+    total = len(first.data) + sum(len(ev.data) for ev in it)
     assert total == size
     assert p.wait().exit_code == 0
     assert ws.run(["cat", "marker"]).stdout == "done\n"
