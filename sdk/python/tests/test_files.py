@@ -22,7 +22,10 @@ def test_files_round_trip(s: strata.Strata, sandbox: strata.Sandbox, project: st
     names = {e.name: e.kind for e in ws.files.list(".")}
     assert names["notes.md"] == "file" and names["deep"] == "dir"
     st = ws.files.stat("deep/dir/data.bin")
-    assert st.size == 256 and st.kind == "file"
+    assert (st.size, st.kind, st.uid) == (256, "file", 1500)
+    ws.files.write("run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+    assert ws.files.stat("run.sh").mode == 0o755
+    assert ws.run(["./run.sh"]).stdout == "ran\n"
     ws.files.rename("notes.md", "NOTES.md")
     assert not ws.files.exists("notes.md") and ws.files.exists("NOTES.md")
     ws.files.mkdir("empty/sub")

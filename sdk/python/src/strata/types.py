@@ -242,25 +242,31 @@ class WorkspaceCommit:
 
 @dataclass(frozen=True)
 class FileEntry:
-    """A file in a live Workspace (``kind``: ``file``, ``dir``,
-    ``symlink``...; ``raw`` holds every field sent)."""
+    """A file in a live Workspace: ``kind`` is ``file``, ``dir``,
+    ``symlink`` or ``other``; ``uid``/``gid`` as the Workspace records
+    them; ``raw`` holds every field sent (``name_b64``: the exact bytes)."""
 
     name: str
     kind: str
     size: int
     mode: int
+    uid: int = 0
+    gid: int = 0
+    mtime_ms: int = 0
     target: Optional[str] = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FileEntry:
-        kind = d.get("kind", d.get("type", ""))
-        target = d.get("target", d.get("symlink_target"))
+        target = d.get("target")
         return cls(
-            name=_s(d, "name", _s(d, "path")),
-            kind=str(kind),
+            name=_s(d, "name"),
+            kind=str(d.get("kind", "")),
             size=int(d.get("size") or 0),
             mode=int(d.get("mode") or 0),
+            uid=int(d.get("uid") or 0),
+            gid=int(d.get("gid") or 0),
+            mtime_ms=int(d.get("mtime_ms") or 0),
             target=target if isinstance(target, str) else None,
             raw=dict(d),
         )
