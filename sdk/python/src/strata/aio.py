@@ -301,16 +301,17 @@ class Sandbox:
         return await self._d.run(ops.sandbox_logs(self.id, lines))
 
     async def restart(self, *, timeout: Optional[float] = SLOW_TIMEOUT) -> None:
-        """Restart the Sandbox's daemon (running commands end; Workspaces
-        are mounted again)."""
+        """Start a stopped Sandbox again (its daemon ended or crashed); its
+        Workspaces are mounted again with their uncommitted work. A running
+        Sandbox is refused (409)."""
         self.info = await self._d.run(ops.restart_sandbox(self.id, timeout))
 
     async def close(
         self, *, discard: bool = False, timeout: Optional[float] = SLOW_TIMEOUT
     ) -> None:
         """Stop the Sandbox and remove it. A Workspace with uncommitted
-        changes makes it refuse (:class:`strata.Uncommitted`, nothing
-        stopped) unless ``discard=True``, which drops them."""
+        changes makes it refuse (409, nothing stopped) unless
+        ``discard=True``, which drops them."""
         await self._d.run(ops.close_sandbox(self.id, discard, timeout))
 
     def process(self, exec_id: str) -> Process:

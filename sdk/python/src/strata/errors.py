@@ -198,8 +198,8 @@ class RangeNotSatisfiable(ApiError):
 
 
 class Internal(ApiError):
-    """500 ``internal`` (or ``bad_gateway``): the server or a daemon failed;
-    not the caller's mistake."""
+    """500 ``internal`` or 502 ``backend``: the server, a daemon or the
+    Sandbox backend failed; not the caller's mistake."""
 
     code_name = "internal"
 
@@ -259,6 +259,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "range_not_satisfiable": RangeNotSatisfiable,
     "internal": Internal,
     "bad_gateway": Internal,
+    "backend": Internal,
 }
 
 _BY_STATUS: dict[int, type[ApiError]] = {
