@@ -174,7 +174,7 @@ def sandbox(s: strata.Strata) -> Iterator[strata.Sandbox]:
 
 
 def find_sandbox(s: strata.Strata, sid: str) -> Optional[strata.Sandbox]:
-    for sb in s.sandboxes.list():
-        if sb.id == sid:
-            return sb
-    return None
+    try:
+        return s.sandboxes.get(sid)
+    except strata.NotFound:
+        return None
