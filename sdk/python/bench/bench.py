@@ -10,7 +10,7 @@
   server: the Store exists, so its first two calls create a project and
   write its files as one commit), each call checked.
 
-Medians over N rounds after warm-up. Starts its own server on a fresh
+Medians over N rounds after warm-up, raw and SDK alternating call by call. Starts its own server on a fresh
 Store with the debug binary unless --url/--token are given. Run as root.
 
     target/py-venv/bin/python sdk/python/bench/bench.py [--rounds 200] [--flows 20]
@@ -72,15 +72,23 @@ class RawHttp:
             self.f.readline()
 
 
-def median_ms(f: Callable[[], Any], n: int, warm: int = 20) -> float:
+def medians_ms(
+    a: Callable[[], Any], b: Callable[[], Any], n: int, warm: int = 20
+) -> tuple[float, float]:
+    """Medians of `a` and `b`, alternating call by call so that both see
+    the same (shared, loaded) machine."""
     for _ in range(warm):
-        f()
-    xs = []
+        a()
+        b()
+    xa, xb = [], []
     for _ in range(n):
         t = time.perf_counter()
-        f()
-        xs.append(time.perf_counter() - t)
-    return statistics.median(xs) * 1e3
+        a()
+        xa.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        b()
+        xb.append(time.perf_counter() - t)
+    return statistics.median(xa) * 1e3, statistics.median(xb) * 1e3
 
 
 def flow(s: strata.Strata, tag: str) -> list[tuple[str, float]]:
@@ -170,7 +178,7 @@ def main() -> None:
             def sdk_list() -> None:
                 assert len(s.branches.list("b")) == 10
 
-            rows = [("branch list", median_ms(raw_list, a.rounds), median_ms(sdk_list, a.rounds))]
+            rows = [("branch list", *medians_ms(raw_list, sdk_list, a.rounds))]
 
             sb = s.sandboxes.create(labels={"bench": "py"})
             try:
@@ -190,7 +198,7 @@ def main() -> None:
                     assert ws.run(["true"]).exit_code == 0
 
                 n = max(20, a.rounds // 4)
-                rows.append(("exec of `true`", median_ms(raw_exec, n, 5), median_ms(sdk_exec, n, 5)))
+                rows.append(("exec of `true`", *medians_ms(raw_exec, sdk_exec, n, 5)))
             finally:
                 sb.close()
 
