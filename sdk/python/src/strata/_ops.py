@@ -526,9 +526,18 @@ def output_events(sid: str, eid: str, timeout: Optional[float]) -> Flow[Optional
             return None
         ev = parse_frame(line)
         if isinstance(ev, Ending):
-            yield Close(s)
+            yield from _drain(s)
             return ev
         yield Emit(ev)
+
+
+def _drain(s: Any) -> Flow[None]:
+    """Read a stream to its end after the final frame (the server ends it
+    there), so its connection goes back to the pool instead of being
+    closed mid-body and opened again for the next call."""
+    while (yield Next(s)) is not None:
+        pass
+    yield Close(s)
 
 
 def collect(
@@ -557,6 +566,7 @@ def collect(
         ev = parse_frame(line)
         if isinstance(ev, Ending):
             fin = ev.frame
+            yield from _drain(s)
             break
         (out if ev.stream == "stdout" else err).extend(ev.data)
         cb = cbs.get(ev.stream)
