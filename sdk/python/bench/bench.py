@@ -74,21 +74,25 @@ class RawHttp:
 
 def medians_ms(
     a: Callable[[], Any], b: Callable[[], Any], n: int, warm: int = 20
-) -> tuple[float, float]:
-    """Medians of `a` and `b`, alternating call by call so that both see
-    the same (shared, loaded) machine."""
+) -> tuple[float, float, float, float]:
+    """Medians of `a` and `b` (wall clock, then this process's CPU time:
+    the client's own work, which the machine's load does not inflate),
+    alternating call by call so that both see the same machine."""
     for _ in range(warm):
         a()
         b()
-    xa, xb = [], []
+    xa, xb, ca, cb = [], [], [], []
     for _ in range(n):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         a()
         xa.append(time.perf_counter() - t)
-        t = time.perf_counter()
+        ca.append(time.process_time() - c)
+        c, t = time.process_time(), time.perf_counter()
         b()
         xb.append(time.perf_counter() - t)
-    return statistics.median(xa) * 1e3, statistics.median(xb) * 1e3
+        cb.append(time.process_time() - c)
+    m = statistics.median
+    return m(xa) * 1e3, m(xb) * 1e3, m(ca) * 1e3, m(cb) * 1e3
 
 
 def flow(s: strata.Strata, tag: str) -> list[tuple[str, float]]:
@@ -205,9 +209,11 @@ def main() -> None:
             flows = [flow(s, f"{os.getpid()}-{i}") for i in range(a.flows)]
             totals = [sum(ms for _, ms in f) for f in flows]
 
-        print(f"{'call':<22} {'raw HTTP ms':>12} {'Python SDK ms':>14} {'SDK adds ms':>12}")
-        for name, raw_ms, sdk_ms in rows:
-            print(f"{name:<22} {raw_ms:>12.3f} {sdk_ms:>14.3f} {sdk_ms - raw_ms:>12.3f}")
+        print(f"{'call':<22} {'raw HTTP ms':>12} {'Python SDK ms':>14} {'SDK adds ms':>12}"
+              f" {'client CPU raw/SDK ms':>22}")
+        for name, raw_ms, sdk_ms, raw_cpu, sdk_cpu in rows:
+            print(f"{name:<22} {raw_ms:>12.3f} {sdk_ms:>14.3f} {sdk_ms - raw_ms:>12.3f}"
+                  f" {raw_cpu:>10.3f} / {sdk_cpu:.3f}")
         print(f"\n15-call flow through the server, Python SDK: median {statistics.median(totals):.1f} ms "
               f"over {len(totals)} runs (min {min(totals):.1f}, max {max(totals):.1f})")
         for i, (name, _) in enumerate(flows[0]):
