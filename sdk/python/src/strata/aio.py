@@ -32,9 +32,9 @@ from .types import (
 __all__ = ["AsyncStrata", "Sandbox", "Workspace", "Files", "Process"]
 
 class AsyncStrata:
-    """A client of one ``strata serve`` (thread-safe for calls; one
-    connection pool). Use :meth:`connect`; close it with :meth:`close` or
-    a ``with`` block.
+    """An asyncio client of one ``strata serve`` (one connection pool;
+    calls may run concurrently, e.g. with ``asyncio.gather``). Use
+    :meth:`connect`; close it with ``await close()`` or ``async with``.
 
     Attributes:
         projects: projects of the Store.
