@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -167,7 +168,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--flows", type=int, default=10)
     a = ap.parse_args()
-    proc, sock, tok, _store = start_server()
+    proc, sock, tok, store = start_server()
     try:
         with strata.Strata.connect(f"unix://{sock}", tok) as s:
             s.projects.create("b")
@@ -221,6 +222,7 @@ def main() -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+        shutil.rmtree(store.parent, ignore_errors=True)
 
 
 if __name__ == "__main__":
