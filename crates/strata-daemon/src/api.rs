@@ -237,6 +237,100 @@ pub struct UnmountResponse {
     pub discarded: bool,
 }
 
+/// The kind of a file in a live Workspace (`"file"`, `"dir"`, `"symlink"`,
+/// `"other"` on the wire: a FIFO or socket a command made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link (never followed as the last component; see
+    /// [`FileEntry::target`]).
+    Symlink,
+    /// Anything else (FIFO, socket).
+    Other,
+}
+
+impl FileKind {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::File => "file",
+            FileKind::Dir => "dir",
+            FileKind::Symlink => "symlink",
+            FileKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for FileKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One entry of a live Workspace: `GET /v1/workspaces/{id}/stat`, the
+/// items of `GET .../ls`, and the result of `PUT .../files`,
+/// `POST .../rename` and `POST .../mkdir`. What `lstat(2)` says: a
+/// symlink is described, not its target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// The last component of the path (lossy UTF-8; `""` for the
+    /// Workspace root; `name_b64` holds the exact bytes).
+    pub name: String,
+    /// The exact name bytes, base64 (standard alphabet).
+    pub name_b64: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: FileKind,
+    /// Size in bytes (of a symlink: the length of its target).
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`), e.g. 420 for 0644.
+    pub mode: u32,
+    /// Owner uid as the Workspace records it.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Modification time, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+    /// A symlink's target, verbatim (lossy UTF-8); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// `GET /v1/workspaces/{id}/ls?path=P`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListResponse {
+    /// The directory listed, relative to the Workspace root (`""` = root).
+    pub path: String,
+    /// Its entries, sorted by name bytes, without `.` and `..`.
+    pub entries: Vec<FileEntry>,
+}
+
+/// `POST /v1/workspaces/{id}/rename`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenameRequest {
+    /// The existing path, relative to the Workspace root.
+    pub from: String,
+    /// The new path; an existing file (or empty directory, for a
+    /// directory) there is replaced, as rename(2) does.
+    pub to: String,
+}
+
+/// `POST /v1/workspaces/{id}/mkdir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MkdirRequest {
+    /// The directory to make, relative to the Workspace root.
+    pub path: String,
+    /// Also make missing parents, and succeed if the directory exists
+    /// (`mkdir -p`).
+    #[serde(default)]
+    pub parents: bool,
+}
+
 /// `POST /v1/execs`: run one command (no shell).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 // Request bodies refuse unknown fields (422): a misspelled field (`usr`
@@ -470,7 +564,8 @@ pub struct ErrorDetail {
     /// For `conflict`: the branch head that won the race (hex).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actual_head: Option<String>,
-    /// For `exec_failed`.
+    /// The OS error number, where one decided the answer (an exec that
+    /// failed, a file operation's `path_conflict`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub errno: Option<i32>,
 }
@@ -496,6 +591,18 @@ pub enum ErrorCode {
     Uncommitted,
     /// `mount_moved` (409): the mount path changed while being mounted.
     MountMoved,
+    /// `path_conflict` (409): a file operation on a live Workspace met a
+    /// path in the wrong state (exists, is or is not a directory, a
+    /// non-empty directory, a symlink where none is followed); `errno`
+    /// says which.
+    PathConflict,
+    /// `payload_too_large` (413): the body is over the daemon's limit.
+    PayloadTooLarge,
+    /// `unsupported_media_type` (415): a JSON body without
+    /// `Content-Type: application/json`.
+    UnsupportedMediaType,
+    /// `range_not_satisfiable` (416): the `Range` starts past the end.
+    RangeNotSatisfiable,
     /// `internal` (500): the daemon failed.
     Internal,
     /// A code this version does not know, as sent.
@@ -513,6 +620,10 @@ impl ErrorCode {
             ErrorCode::StdinClosed => "stdin_closed",
             ErrorCode::Uncommitted => "uncommitted",
             ErrorCode::MountMoved => "mount_moved",
+            ErrorCode::PathConflict => "path_conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::RangeNotSatisfiable => "range_not_satisfiable",
             ErrorCode::Internal => "internal",
             ErrorCode::Other(s) => s,
         }
@@ -528,6 +639,10 @@ impl ErrorCode {
             "stdin_closed" => ErrorCode::StdinClosed,
             "uncommitted" => ErrorCode::Uncommitted,
             "mount_moved" => ErrorCode::MountMoved,
+            "path_conflict" => ErrorCode::PathConflict,
+            "payload_too_large" => ErrorCode::PayloadTooLarge,
+            "unsupported_media_type" => ErrorCode::UnsupportedMediaType,
+            "range_not_satisfiable" => ErrorCode::RangeNotSatisfiable,
             "internal" => ErrorCode::Internal,
             other => ErrorCode::Other(other.to_string()),
         }
@@ -600,6 +715,10 @@ pub fn errno_name(e: i32) -> String {
         libc::ELOOP => "ELOOP",
         libc::ENAMETOOLONG => "ENAMETOOLONG",
         libc::ENOSYS => "ENOSYS",
+        libc::EEXIST => "EEXIST",
+        libc::ENOTEMPTY => "ENOTEMPTY",
+        libc::EXDEV => "EXDEV",
+        libc::EBUSY => "EBUSY",
         _ => return format!("E{e}"),
     };
     n.to_string()
@@ -620,6 +739,10 @@ mod tests {
             (ErrorCode::StdinClosed, "stdin_closed"),
             (ErrorCode::Uncommitted, "uncommitted"),
             (ErrorCode::MountMoved, "mount_moved"),
+            (ErrorCode::PathConflict, "path_conflict"),
+            (ErrorCode::PayloadTooLarge, "payload_too_large"),
+            (ErrorCode::UnsupportedMediaType, "unsupported_media_type"),
+            (ErrorCode::RangeNotSatisfiable, "range_not_satisfiable"),
             (ErrorCode::Internal, "internal"),
             (
                 ErrorCode::Other("from_the_future".into()),

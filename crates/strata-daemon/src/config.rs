@@ -11,6 +11,10 @@ use crate::DaemonError;
 /// Default bound of buffered, undelivered output per exec (both streams).
 pub const DEFAULT_OUTPUT_BUFFER: usize = 4 << 20;
 
+/// Default bound of one file written through `PUT /v1/workspaces/{id}/files`
+/// (the body streams to disk; beyond this the answer is 413).
+pub const DEFAULT_MAX_WRITE: u64 = 1 << 30;
+
 /// Everything the daemon needs. Read from a file whose path is the only
 /// argument (`__strata-daemon --config PATH`); the token itself is in
 /// another 0600 file, never in argv or the environment.
@@ -47,6 +51,11 @@ pub struct DaemonConfig {
     /// Bound of buffered undelivered output per exec, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_buffer_bytes: Option<usize>,
+    /// Largest file body `PUT /v1/workspaces/{id}/files` accepts, bytes
+    /// (default [`DEFAULT_MAX_WRITE`], 1 GiB); a larger one is 413 and
+    /// nothing is written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_write_bytes: Option<u64>,
     /// Skip the Store's filesystem-type check.
     #[serde(default)]
     pub allow_any_fs: bool,
@@ -81,6 +90,7 @@ impl DaemonConfig {
             default_mount: None,
             default_user: None,
             output_buffer_bytes: None,
+            max_write_bytes: None,
             allow_any_fs: false,
             recover_workspaces: false,
         }
@@ -104,6 +114,10 @@ impl DaemonConfig {
         self.default_mount
             .clone()
             .unwrap_or_else(|| PathBuf::from("/workspace"))
+    }
+
+    pub(crate) fn max_write(&self) -> u64 {
+        self.max_write_bytes.unwrap_or(DEFAULT_MAX_WRITE)
     }
 
     pub(crate) fn default_user(&self) -> (u32, u32) {

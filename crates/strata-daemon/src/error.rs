@@ -105,6 +105,12 @@ pub fn ws_error(e: strata_workspace::WsError) -> ApiError {
     }
 }
 
+/// Map a Store error to a status and a code.
+pub fn store_error(e: strata_store::StoreError) -> ApiError {
+    let msg = e.to_string();
+    store_status(&e, msg)
+}
+
 fn store_status(s: &strata_store::StoreError, msg: String) -> ApiError {
     use strata_store::StoreError as S;
     match s {

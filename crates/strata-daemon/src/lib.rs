@@ -36,6 +36,7 @@ pub mod api;
 pub mod config;
 mod error;
 pub mod exec;
+pub mod files;
 mod recover;
 mod server;
 

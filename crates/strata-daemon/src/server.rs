@@ -25,18 +25,27 @@ use strata_workspace::{CommitOutcome, MountHandle, Workspace};
 
 use crate::api::{self, *};
 use crate::config::DaemonConfig;
-use crate::error::{ws_error, ApiError};
+use crate::error::{store_error, ws_error, ApiError};
 use crate::exec::{Exec, Launch, LaunchError, StdinError};
 use crate::recover;
 
 mod execs;
+mod extract;
+mod files;
 mod workspaces;
 use execs::*;
+use extract::{ApiBytes, ApiJson, ApiPath, ApiQuery};
+use files::*;
 pub(crate) use workspaces::unmount_entry;
 use workspaces::*;
 
 /// Most finished execs kept for status/wait before the oldest are dropped.
 const KEEP_FINISHED: usize = 1000;
+
+/// Largest body a JSON request (or a stdin write) may have; a file written
+/// with `PUT .../files` streams and has its own limit
+/// (`DaemonConfig::max_write_bytes`).
+const MAX_JSON_BODY: usize = 8 << 20;
 
 pub(crate) struct WsEntry {
     pub ws: Workspace,
@@ -72,6 +81,14 @@ fn routes() -> Router<Arc<AppState>> {
         .route("/v1/workspaces/{id}/status", get(ws_status))
         .route("/v1/workspaces/{id}/commit", post(ws_commit))
         .route("/v1/workspaces/{id}/unmount", post(ws_unmount))
+        .route(
+            "/v1/workspaces/{id}/files",
+            get(file_read).put(file_write).delete(file_remove),
+        )
+        .route("/v1/workspaces/{id}/ls", get(file_list))
+        .route("/v1/workspaces/{id}/stat", get(file_stat))
+        .route("/v1/workspaces/{id}/rename", post(file_rename))
+        .route("/v1/workspaces/{id}/mkdir", post(file_mkdir))
         .route("/v1/execs", post(exec_create).get(list_execs))
         .route("/v1/execs/{id}", get(exec_status))
         .route("/v1/execs/{id}/wait", get(exec_wait))
@@ -97,7 +114,7 @@ fn routes() -> Router<Arc<AppState>> {
 fn harden(routes: Router<Arc<AppState>>, state: Arc<AppState>) -> Router {
     routes
         .layer(axum::middleware::from_fn(catch_panic))
-        .layer(DefaultBodyLimit::max(8 << 20))
+        .layer(DefaultBodyLimit::max(MAX_JSON_BODY))
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)
 }
@@ -203,7 +220,7 @@ struct LogQuery {
     tail: Option<usize>,
 }
 
-async fn logs(State(st): St, Query(q): Query<LogQuery>) -> AppResult<Response> {
+async fn logs(State(st): St, ApiQuery(q): ApiQuery<LogQuery>) -> AppResult<Response> {
     let n = q.tail.unwrap_or(100).min(10_000);
     let path = st.config.log_file.clone();
     let text = blocking(move || {

@@ -255,13 +255,14 @@ fn cancel_reports_the_signal_within_a_second() {
 #[test]
 fn bad_input_is_refused() {
     let d = Daemon::start();
-    // No workspace yet.
+    // No workspace yet: nothing to run in (404: it depends on what is
+    // mounted, not on the request).
     let r = d.req(
         "POST",
         "/v1/execs",
         Some(&serde_json::json!({"argv": ["true"]})),
     );
-    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.status, 404, "{}", r.text());
     let (ws, path) = d.mount("e");
     let bad = |body: serde_json::Value, what: &str| {
         let r = d.req("POST", "/v1/execs", Some(&body));
@@ -283,14 +284,33 @@ fn bad_input_is_refused() {
         serde_json::json!({"argv": ["true"], "env": {"A=B": "c"}}),
         "env name with =",
     );
-    bad(
-        serde_json::json!({"argv": ["true"], "cwd": "/tmp"}),
-        "cwd outside",
+    let r = d.req(
+        "POST",
+        "/v1/execs",
+        Some(&serde_json::json!({"argv": ["true"], "cwd": "/tmp"})),
+    );
+    assert_eq!(r.status, 404, "cwd outside: {}", r.text());
+    assert!(
+        r.text().contains("no mounted workspace contains cwd /tmp"),
+        "{}",
+        r.text()
     );
     bad(
         serde_json::json!({"argv": ["true"], "cwd": format!("{path}/../..")}),
         "cwd with ..",
     );
+    let r = d.req(
+        "POST",
+        "/v1/execs",
+        Some(&serde_json::json!({"argv": ["true"], "cwd": "/tmp", "workspace": ws})),
+    );
+    assert_eq!(
+        r.status,
+        409,
+        "cwd outside the named workspace: {}",
+        r.text()
+    );
+    assert_eq!(r.json()["error"]["code"], "invalid_input");
     bad(
         serde_json::json!({"argv": ["true"], "user": "0:0"}),
         "root user",
@@ -298,6 +318,17 @@ fn bad_input_is_refused() {
     bad(
         serde_json::json!({"argv": ["true"], "user": "nobody"}),
         "bad user",
+    );
+    for u in ["+5:5", "05:5", "5:", "1234567890:5"] {
+        bad(serde_json::json!({"argv": ["true"], "user": u}), u);
+    }
+    bad(
+        serde_json::json!({"argv": ["true"], "timeout_ms": 0}),
+        "timeout 0",
+    );
+    bad(
+        serde_json::json!({"argv": ["true"], "tty": true, "tty_size": [0, 80]}),
+        "tty rows 0",
     );
     // Unknown IDs: 404 with a JSON error.
     for (m, p) in [

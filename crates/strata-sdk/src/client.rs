@@ -67,6 +67,18 @@ impl DaemonClient {
         body: Bytes,
         content_type: &str,
     ) -> Result<Response<Incoming>> {
+        self.send_with(method, path, body, content_type, None).await
+    }
+
+    /// [`DaemonClient::send`] with an optional `Range` header.
+    pub async fn send_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: &str,
+        range: Option<&str>,
+    ) -> Result<Response<Incoming>> {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .map_err(|e| {
@@ -85,7 +97,11 @@ impl DaemonClient {
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        let req = Request::builder()
+        let mut req = Request::builder();
+        if let Some(r) = range {
+            req = req.header(hyper::header::RANGE, r);
+        }
+        let req = req
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, "strata-daemon")
@@ -172,7 +188,11 @@ impl DaemonClient {
             ErrorCode::Busy | ErrorCode::StdinClosed | ErrorCode::Uncommitted => {
                 Error::busy(what, hint)
             }
-            ErrorCode::InvalidInput => Error::invalid(what, hint),
+            ErrorCode::InvalidInput
+            | ErrorCode::PathConflict
+            | ErrorCode::PayloadTooLarge
+            | ErrorCode::UnsupportedMediaType
+            | ErrorCode::RangeNotSatisfiable => Error::invalid(what, hint),
             ErrorCode::MountMoved | ErrorCode::Internal | ErrorCode::Other(_) => {
                 Error::backend(format!("{what} {hint}"), self.log_tail(20))
             }

@@ -6,7 +6,9 @@
 //!   (B5), restart after the daemon died (B4–B6 again, its Workspaces
 //!   mounted again with their uncommitted changes), close (B9), through
 //!   strata-sandbox's native backend or strata-docker's.
-//! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount.
+//! * [`Workspace`]: mount a branch in a Sandbox, status, commit, unmount,
+//!   and file operations on it while it is mounted (read, write, list,
+//!   stat, remove, rename, mkdir) without an exec per file.
 //! * [`workspaces`]: a Workspace by ID wherever it is served (host mount or
 //!   Sandbox), listing both, and opening one offline from its scratch.
 //! * [`probe`]: what this host offers strata, and a live self-check.
@@ -64,6 +66,7 @@ pub use sandbox::{
     DEFAULT_MOUNT,
 };
 pub use store::Store;
+pub use strata_daemon::api::{FileEntry, FileKind};
 pub use workspace::{Change, CommitOutcome, Workspace};
 
 /// Handle the hidden subcommands this binary may be re-executed as

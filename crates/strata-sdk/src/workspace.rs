@@ -7,6 +7,7 @@ use strata_daemon::api;
 use crate::client::DaemonClient;
 use crate::error::Result;
 use crate::exec::ExecBuilder;
+use crate::FileEntry;
 
 /// One changed path of [`Workspace::status`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +29,19 @@ impl From<api::ChangeEntry> for Change {
             kind: c.kind,
         }
     }
+}
+
+/// Every byte but RFC 3986's unreserved ones as `%XX`, for a query value.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// Result of [`Workspace::commit`].
@@ -128,6 +142,174 @@ impl Workspace {
             )
             .await?;
         Ok(())
+    }
+
+    /// The whole content of the regular file at `path` (relative to the
+    /// Workspace root; symlinks on the way are followed but never out of
+    /// the Workspace). A missing file is [`crate::Error::NotFound`]; a
+    /// directory, or a path leading outside, [`crate::Error::InvalidInput`].
+    pub async fn read_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.read(path, None).await
+    }
+
+    /// `len` bytes of the file at `path` from byte `offset` (fewer at the
+    /// end of the file; an `offset` at or past the end is
+    /// [`crate::Error::InvalidInput`], HTTP 416).
+    pub async fn read_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let last = offset.saturating_add(len - 1);
+        self.read(path, Some(format!("bytes={offset}-{last}")))
+            .await
+    }
+
+    async fn read(&self, path: &str, range: Option<String>) -> Result<Vec<u8>> {
+        use http_body_util::BodyExt;
+        let url = self.files_url("files", path, "");
+        let resp = self
+            .client
+            .send_with(
+                Method::GET,
+                &url,
+                bytes::Bytes::new(),
+                "application/octet-stream",
+                range.as_deref(),
+            )
+            .await?;
+        let status = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.client.proto(format!("reading {path:?}: {e}")))?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(self.client.error_from(status, &body));
+        }
+        Ok(body.to_vec())
+    }
+
+    /// Create or replace the file at `path` with `bytes` (missing parent
+    /// directories are made). A new file gets mode 0644, a replaced one
+    /// keeps its mode; both belong to the command's uid. A symlink at
+    /// `path` is replaced, never written through. Returns the new entry.
+    pub async fn write_file(
+        &self,
+        path: &str,
+        bytes: impl Into<bytes::Bytes>,
+    ) -> Result<FileEntry> {
+        self.write_file_mode(path, bytes, None).await
+    }
+
+    /// [`Workspace::write_file`] with permission bits (`0o755`; at most
+    /// `0o777`).
+    pub async fn write_file_mode(
+        &self,
+        path: &str,
+        bytes: impl Into<bytes::Bytes>,
+        mode: Option<u32>,
+    ) -> Result<FileEntry> {
+        let extra = mode.map(|m| format!("&mode={m:o}")).unwrap_or_default();
+        let url = self.files_url("files", path, &extra);
+        let resp = self
+            .client
+            .send(Method::PUT, &url, bytes.into(), "application/octet-stream")
+            .await?;
+        self.client.json(resp).await
+    }
+
+    /// The entries of the directory at `path` (`"/"` for the root),
+    /// sorted by name; symlinks described, not followed.
+    pub async fn list(&self, path: &str) -> Result<Vec<FileEntry>> {
+        let url = self.files_url("ls", path, "");
+        let r: api::ListResponse = self.client.call(Method::GET, &url, None::<&()>).await?;
+        Ok(r.entries)
+    }
+
+    /// What is at `path` (lstat: a symlink is described with its target).
+    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+        let url = self.files_url("stat", path, "");
+        self.client.call(Method::GET, &url, None::<&()>).await
+    }
+
+    /// Remove the file, symlink or empty directory at `path`; with
+    /// `recursive`, a directory and everything under it. A symlink is
+    /// removed itself, never its target.
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+        let extra = if recursive { "&recursive=true" } else { "" };
+        let url = self.files_url("files", path, extra);
+        let resp = self
+            .client
+            .send(
+                Method::DELETE,
+                &url,
+                bytes::Bytes::new(),
+                "application/json",
+            )
+            .await?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        use http_body_util::BodyExt;
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.client.proto(format!("reading the answer: {e}")))?
+            .to_bytes();
+        Err(self.client.error_from(status, &body))
+    }
+
+    /// Rename `from` to `to` inside the Workspace, as rename(2) does.
+    /// Returns the entry at `to`.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<FileEntry> {
+        self.client
+            .call(
+                Method::POST,
+                &format!("/v1/workspaces/{}/rename", self.info.id),
+                Some(&api::RenameRequest {
+                    from: from.into(),
+                    to: to.into(),
+                }),
+            )
+            .await
+    }
+
+    /// Make the directory `path`; its parent must exist, and `path` must
+    /// not.
+    pub async fn mkdir(&self, path: &str) -> Result<FileEntry> {
+        self.make_dir(path, false).await
+    }
+
+    /// Make the directory `path` and any missing parents; an existing
+    /// directory is fine (`mkdir -p`).
+    pub async fn mkdir_all(&self, path: &str) -> Result<FileEntry> {
+        self.make_dir(path, true).await
+    }
+
+    async fn make_dir(&self, path: &str, parents: bool) -> Result<FileEntry> {
+        self.client
+            .call(
+                Method::POST,
+                &format!("/v1/workspaces/{}/mkdir", self.info.id),
+                Some(&api::MkdirRequest {
+                    path: path.into(),
+                    parents,
+                }),
+            )
+            .await
+    }
+
+    /// `/v1/workspaces/{id}/{route}?path=…{extra}`, the path
+    /// percent-encoded (the daemon checks it: no NUL, no `..`).
+    fn files_url(&self, route: &str, path: &str, extra: &str) -> String {
+        format!(
+            "/v1/workspaces/{}/{route}?path={}{extra}",
+            self.info.id,
+            percent_encode(path)
+        )
     }
 
     /// Build an exec of `argv` (no shell) in this Workspace.

@@ -13,12 +13,41 @@ pub(super) fn optional_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> AppR
         .map_err(|e| ApiError::invalid(format!("request body: {e}")))
 }
 
+/// `UID:GID`, each 1 to 999999999 in plain decimal (no sign, no leading
+/// zero): exactly the pattern docs/api/openapi.yaml publishes, so that
+/// what the document calls valid is accepted and nothing else.
 pub(super) fn parse_user(u: &str) -> AppResult<strata_sandbox::Identity> {
-    let bad = || ApiError::invalid(format!("user {u:?}: expected UID:GID, e.g. 1500:1500"));
+    let bad = || {
+        ApiError::invalid(format!(
+            "user {u:?}: expected UID:GID in decimal, neither 0, e.g. 1500:1500"
+        ))
+    };
+    let num = |s: &str| -> Option<u32> {
+        let ok = !s.is_empty()
+            && s.len() <= 9
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && !s.starts_with('0');
+        ok.then(|| s.parse().ok()).flatten()
+    };
     let (a, b) = u.split_once(':').ok_or_else(bad)?;
-    let uid: u32 = a.parse().map_err(|_| bad())?;
-    let gid: u32 = b.parse().map_err(|_| bad())?;
+    let uid = num(a).ok_or_else(bad)?;
+    let gid = num(b).ok_or_else(bad)?;
     strata_sandbox::Identity::new(uid, gid).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+/// Longest wait, timeout or grace period a request may ask for: u32::MAX
+/// milliseconds (49 days). Far larger ones would overflow the clock
+/// (`Instant + Duration` panics), so the document and the daemon both
+/// stop here.
+pub(super) const MAX_MS: u64 = u32::MAX as u64;
+
+pub(super) fn check_ms(ms: Option<u64>, what: &str) -> AppResult<()> {
+    match ms {
+        Some(v) if v > MAX_MS => Err(ApiError::invalid(format!(
+            "{what} is {v}: at most {MAX_MS} milliseconds (49 days)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub(super) fn new_exec_id() -> String {
@@ -27,7 +56,7 @@ pub(super) fn new_exec_id() -> String {
 
 pub(super) async fn exec_create(
     State(st): St,
-    Json(req): Json<ExecRequest>,
+    ApiJson(req): ApiJson<ExecRequest>,
 ) -> AppResult<(StatusCode, Json<ExecCreated>)> {
     // Bad input, refused before anything starts.
     if req.argv.is_empty() {
@@ -63,6 +92,17 @@ pub(super) async fn exec_create(
             strata_sandbox::exec::MAX_ARGV_ENV_BYTES
         )));
     }
+    if req.timeout_ms == Some(0) {
+        return Err(ApiError::invalid(
+            "timeout_ms is 0: give at least 1 (milliseconds), or leave it out for no timeout",
+        ));
+    }
+    check_ms(req.timeout_ms, "timeout_ms")?;
+    if req.tty_size.is_some_and(|[r, c]| r == 0 || c == 0) {
+        return Err(ApiError::invalid(
+            "tty_size: rows and cols must be at least 1",
+        ));
+    }
     if !req.env.contains_key("PATH") {
         env.push(("PATH".into(), strata_sandbox::exec::DEFAULT_PATH.into()));
     }
@@ -81,43 +121,55 @@ pub(super) async fn exec_create(
         .transpose()?;
     let (ws_id, cwd) = {
         let map = st.workspaces.lock();
-        let (id, entry) = match (&req.workspace, &cwd_req) {
-            (Some(id), _) => map.get_key_value(id.as_str()).ok_or_else(|| {
-                ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
-            })?,
-            (None, Some(c)) => map
-                .iter()
-                .find(|(_, e)| c.starts_with(&e.path))
-                .ok_or_else(|| {
-                    ApiError::invalid(format!(
-                        "cwd {} is outside every mounted workspace",
-                        c.display()
-                    ))
-                    .hint("commands run inside a Workspace: give a cwd under its mount path")
+        let (id, entry) =
+            match (&req.workspace, &cwd_req) {
+                (Some(id), _) => map.get_key_value(id.as_str()).ok_or_else(|| {
+                    ApiError::not_found(format!("no mounted workspace {id:?} in this Sandbox"))
                 })?,
-            (None, None) => {
-                let mut it = map.iter();
-                match (it.next(), it.next()) {
-                    (Some(one), None) => one,
-                    (None, _) => {
-                        return Err(ApiError::invalid("no workspace is mounted in this Sandbox")
-                            .hint("mount one first (POST /v1/workspaces)"))
-                    }
-                    _ => {
-                        return Err(ApiError::invalid(
-                            "several workspaces are mounted: say which (workspace) or give a cwd",
+                (None, Some(c)) => map
+                    .iter()
+                    .find(|(_, e)| c.starts_with(&e.path))
+                    .ok_or_else(|| {
+                        ApiError::not_found(format!(
+                            "no mounted workspace contains cwd {}",
+                            c.display()
                         ))
+                        .hint("commands run inside a Workspace: give a cwd under its mount path")
+                    })?,
+                (None, None) => {
+                    let mut it = map.iter();
+                    match (it.next(), it.next()) {
+                        (Some(one), None) => one,
+                        // Refusals that depend on what is mounted now, not
+                        // on the request: 404 and 409 (docs/api/openapi.yaml).
+                        (None, _) => {
+                            return Err(ApiError::not_found(
+                                "no workspace is mounted in this Sandbox",
+                            )
+                            .hint("mount one first (POST /v1/workspaces)"))
+                        }
+                        _ => return Err(ApiError::new(
+                            StatusCode::CONFLICT,
+                            crate::api::ErrorCode::InvalidInput,
+                            "several workspaces are mounted: say which (workspace) or give a cwd",
+                        )),
                     }
                 }
-            }
-        };
+            };
         let cwd = cwd_req.clone().unwrap_or_else(|| entry.path.clone());
         if !cwd.starts_with(&entry.path) {
-            return Err(ApiError::invalid(format!(
-                "cwd {} is outside workspace {id} (mounted at {})",
-                cwd.display(),
-                entry.path.display()
-            )));
+            // Depends on where the Workspace is mounted, not on the
+            // request alone: 409, with the code of bad input.
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                crate::api::ErrorCode::InvalidInput,
+                format!(
+                    "cwd {} is outside workspace {id} (mounted at {})",
+                    cwd.display(),
+                    entry.path.display()
+                ),
+            )
+            .hint("give a cwd under the Workspace's mount path, or leave it out"));
         }
         (id.clone(), cwd)
     };
@@ -193,7 +245,7 @@ pub(super) async fn list_execs(State(st): St) -> Json<Vec<api::ExecStatus>> {
 
 pub(super) async fn exec_status(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> AppResult<Json<api::ExecStatus>> {
     Ok(Json(find_exec(&st, &id)?.status()))
 }
@@ -205,10 +257,11 @@ pub(super) struct WaitQuery {
 
 pub(super) async fn exec_wait(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    Query(q): Query<WaitQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<WaitQuery>,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
+    check_ms(q.timeout_ms, "timeout_ms")?;
     Ok(Json(e.wait(q.timeout_ms.map(Duration::from_millis)).await))
 }
 
@@ -222,8 +275,8 @@ pub(super) struct OutputQuery {
 
 pub(super) async fn exec_output(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    Query(q): Query<OutputQuery>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> AppResult<Response> {
     let e = find_exec(&st, &id)?;
     crate::exec::rearm_end(&e);
@@ -245,8 +298,8 @@ pub(super) async fn exec_output(
 
 pub(super) async fn exec_stdin(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    body: Bytes,
+    ApiPath(id): ApiPath<String>,
+    ApiBytes(body): ApiBytes,
 ) -> AppResult<Json<StdinWritten>> {
     let e = find_exec(&st, &id)?;
     match e.write_stdin(&body).await {
@@ -267,7 +320,7 @@ pub(super) async fn exec_stdin(
 
 pub(super) async fn exec_stdin_close(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
     e.close_stdin().await;
@@ -276,12 +329,13 @@ pub(super) async fn exec_stdin_close(
 
 pub(super) async fn exec_cancel(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    body: Bytes,
+    ApiPath(id): ApiPath<String>,
+    ApiBytes(body): ApiBytes,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
-    let grace = optional_json::<CancelRequest>(&body)?
-        .and_then(|b| b.grace_ms)
+    let grace_ms = optional_json::<CancelRequest>(&body)?.and_then(|b| b.grace_ms);
+    check_ms(grace_ms, "grace_ms")?;
+    let grace = grace_ms
         .map(Duration::from_millis)
         .unwrap_or(crate::exec::DEFAULT_GRACE);
     Ok(Json(e.cancel(grace).await))
@@ -289,8 +343,8 @@ pub(super) async fn exec_cancel(
 
 pub(super) async fn exec_resize(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    Json(req): Json<api::ResizeRequest>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<api::ResizeRequest>,
 ) -> AppResult<Json<api::ExecStatus>> {
     let e = find_exec(&st, &id)?;
     if req.rows == 0 || req.cols == 0 {
@@ -298,9 +352,11 @@ pub(super) async fn exec_resize(
     }
     match e.resize(req.rows, req.cols) {
         Ok(true) => Ok(Json(e.status())),
-        Ok(false) => Err(ApiError::invalid(format!(
-            "exec {id} has no terminal (it was not started with \"tty\": true)"
-        ))),
+        Ok(false) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            crate::api::ErrorCode::InvalidInput,
+            format!("exec {id} has no terminal (it was not started with \"tty\": true)"),
+        )),
         Err(err) => Err(ApiError::internal(format!(
             "resizing the terminal of {id}: {err}"
         ))),

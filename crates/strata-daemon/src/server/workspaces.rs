@@ -13,7 +13,7 @@ pub(super) fn ws_info(id: &str, e: &WsEntry) -> WorkspaceInfo {
 
 pub(super) async fn mount(
     State(st): St,
-    Json(req): Json<MountRequest>,
+    ApiJson(req): ApiJson<MountRequest>,
 ) -> AppResult<(StatusCode, Json<WorkspaceInfo>)> {
     let at = match &req.at {
         Some(a) => clean_absolute(a, "mount path")?,
@@ -34,6 +34,10 @@ pub(super) async fn mount(
     }
     let st2 = st.clone();
     let info = blocking(move || {
+        // The branch first: a request naming no branch of this Store is a
+        // 404 before anything is created at `at`.
+        let branch = strata_store::BranchRef::parse(&req.reference).map_err(store_error)?;
+        st2.store.branch_head(&branch).map_err(store_error)?;
         recover::prepare_mountpoint(&at)?;
         let opts = recover::workspace_options(&st2.config);
         let ws = Workspace::create(&st2.store, &req.reference, &st2.config.scratch_dir, &opts)
@@ -84,7 +88,7 @@ pub(super) fn find_ws(st: &AppState, id: &str) -> AppResult<Workspace> {
 
 pub(super) async fn get_workspace(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> AppResult<Json<WorkspaceInfo>> {
     let map = st.workspaces.lock();
     let e = map.get(&id).ok_or_else(|| {
@@ -95,7 +99,7 @@ pub(super) async fn get_workspace(
 
 pub(super) async fn ws_status(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> AppResult<Json<StatusResponse>> {
     let ws = find_ws(&st, &id)?;
     blocking(move || {
@@ -119,8 +123,8 @@ pub(super) async fn ws_status(
 
 pub(super) async fn ws_commit(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    Json(req): Json<CommitRequest>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(req): ApiJson<CommitRequest>,
 ) -> AppResult<Json<CommitResponse>> {
     let ws = find_ws(&st, &id)?;
     let r = blocking(move || {
@@ -146,8 +150,8 @@ pub(super) async fn ws_commit(
 
 pub(super) async fn ws_unmount(
     State(st): St,
-    UrlPath(id): UrlPath<String>,
-    body: Bytes,
+    ApiPath(id): ApiPath<String>,
+    ApiBytes(body): ApiBytes,
 ) -> AppResult<Json<UnmountResponse>> {
     let discard = optional_json::<UnmountRequest>(&body)?
         .map(|b| b.discard)

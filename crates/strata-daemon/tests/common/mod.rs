@@ -52,6 +52,14 @@ impl Daemon {
     }
 
     fn start_opts(tcp_port: Option<u16>, recover: bool) -> Daemon {
+        Self::start_configured(|cfg| {
+            cfg.tcp_port = tcp_port;
+            cfg.recover_workspaces = recover;
+        })
+    }
+
+    /// With the config changed by `f` before the daemon reads it.
+    pub fn start_configured(f: impl FnOnce(&mut strata_daemon::DaemonConfig)) -> Daemon {
         require_root();
         let tmp = tempfile::tempdir().expect("tempdir");
         // Commands (uid 1500) must reach the mount point under it.
@@ -82,9 +90,7 @@ impl Daemon {
             private.join("scratch"),
         );
         let mut cfg = cfg;
-        // Reachable by uid 1500 (the helper writes its failure report there).
-        cfg.tcp_port = tcp_port;
-        cfg.recover_workspaces = recover;
+        f(&mut cfg);
         let cfg_path = private.join("config.json");
         strata_daemon::write_private(&cfg_path, &serde_json::to_vec(&cfg).unwrap()).unwrap();
         let (child, marker) = spawn(&cfg_path, &log);
@@ -272,13 +278,30 @@ pub fn raw_request(
     body: Option<&[u8]>,
     ctype: &str,
 ) -> Resp {
+    raw_request_with(socket, method, path, token, body, ctype, &[])
+}
+
+/// [`raw_request`] with extra header lines (`Range: bytes=0-1`).
+pub fn raw_request_with(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&[u8]>,
+    ctype: &str,
+    extra: &[&str],
+) -> Resp {
     let mut s = UnixStream::connect(socket).expect("connect");
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: daemon\r\nConnection: close\r\n");
+    for h in extra {
+        req.push_str(h);
+        req.push_str("\r\n");
+    }
     if let Some(t) = token {
         req.push_str(&format!("Authorization: Bearer {t}\r\n"));
     }
     let body = body.unwrap_or(b"");
-    if !body.is_empty() || method == "POST" {
+    if !body.is_empty() || method == "POST" || method == "PUT" {
         req.push_str(&format!(
             "Content-Type: {ctype}\r\nContent-Length: {}\r\n",
             body.len()
