@@ -54,11 +54,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let tokens = strata_server::TokenStore::new(&dir);
     let (token, _) = tokens.create(&[])?;
     let sock = ctx.scratch.join("server.sock");
-    let state = Arc::new(strata_server::ServerState {
-        store: store.clone(),
+    let state = Arc::new(strata_server::ServerState::new(
+        store.clone(),
         tokens,
-        max_body: strata_server::DEFAULT_MAX_BODY,
-    });
+        strata_server::DEFAULT_MAX_BODY,
+    ));
     let rt = tokio::runtime::Runtime::new()?;
     let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
