@@ -52,10 +52,7 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
 
 fn command_name(cmd: &Command) -> String {
     let dbg = format!("{cmd:?}");
-    let head: String = dbg
-        .chars()
-        .take_while(|c| c.is_alphanumeric())
-        .collect();
+    let head: String = dbg.chars().take_while(|c| c.is_alphanumeric()).collect();
     head.to_lowercase()
 }
 
@@ -310,10 +307,9 @@ fn branch_list(ctx: &Ctx, project: Option<&str>) -> Result<()> {
 fn branch_delete(ctx: &Ctx, branch: &str) -> Result<()> {
     let b = BranchRef::parse(branch)?;
     let head = sdk(ctx, |c| async move { c.delete_branch(branch).await })?;
-    ctx.emit(
-        json!({"deleted": b.to_string(), "head": head}),
-        || format!("Deleted branch {b} (was at {head}; its commits stay until `strata gc`)"),
-    )
+    ctx.emit(json!({"deleted": b.to_string(), "head": head}), || {
+        format!("Deleted branch {b} (was at {head}; its commits stay until `strata gc`)")
+    })
 }
 
 fn snapshot(ctx: &Ctx, branch: &str, dir: &Path, message: Option<String>) -> Result<()> {

@@ -55,7 +55,14 @@ async fn flow(url: String, token: String, round: usize, i: usize) -> (String, St
         .expect("commit");
     // A second commit on the old head loses the race, typed.
     let lost = c
-        .commit_changes(&branch, &at, "stale", vec![Change::Delete { path: "seed".into() }])
+        .commit_changes(
+            &branch,
+            &at,
+            "stale",
+            vec![Change::Delete {
+                path: "seed".into(),
+            }],
+        )
         .await
         .expect_err("a stale expected head");
     match lost {
@@ -65,7 +72,11 @@ async fn flow(url: String, token: String, round: usize, i: usize) -> (String, St
     let log = c.log(&branch, None).await.expect("log");
     assert_eq!(log[0].id, commit);
     assert_eq!(log[1].id, at);
-    let ls = c.ls(&branch, b"dir").await.expect("ls").expect("dir exists");
+    let ls = c
+        .ls(&branch, b"dir")
+        .await
+        .expect("ls")
+        .expect("dir exists");
     assert_eq!(ls.len(), 1);
     assert_eq!(
         c.read_file(&branch, format!("dir/f{i}.txt").as_bytes())
@@ -120,7 +131,9 @@ fn concurrent_sdk_clients_through_the_server_keep_every_commit_and_no_leak() {
             let (f, r) = (fds(pid), rss_kib(pid));
             println!(
                 "round {round}: {CLIENTS} clients done; server fds {f}, VmRSS {r} KiB, load {}",
-                std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .trim()
             );
             figures.push((f, r));
         }
@@ -150,7 +163,9 @@ fn concurrent_sdk_clients_through_the_server_keep_every_commit_and_no_leak() {
                 .read_file(commit, format!("dir/f{i}.txt").as_bytes())
                 .await
                 .unwrap();
-            assert!(String::from_utf8(body).unwrap().starts_with(&format!("client {i} ")));
+            assert!(String::from_utf8(body)
+                .unwrap()
+                .starts_with(&format!("client {i} ")));
         }
     });
     assert!(s.child.id() == pid, "the server is still the same process");

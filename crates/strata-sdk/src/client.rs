@@ -139,10 +139,7 @@ impl DaemonClient {
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, "strata-daemon")
-            .header(
-                hyper::header::AUTHORIZATION,
-                format!("Bearer {token}"),
-            )
+            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
             .header(hyper::header::CONTENT_TYPE, content_type)
             .body(Full::new(body))
             .map_err(|e| self.proto(format!("building the request: {e}")))?;

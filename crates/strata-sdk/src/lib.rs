@@ -58,6 +58,7 @@ mod error;
 pub mod exec;
 pub mod host;
 pub mod probe;
+mod records;
 pub mod remote;
 pub mod sandbox;
 mod sandbox_remote;
@@ -67,16 +68,16 @@ pub mod workspaces;
 
 pub use client::DaemonClient;
 pub use connect::{BranchInfo, Client, CommitInfo, Diff, Entry};
-pub use remote::Remote;
-/// The wire types of `strata serve` (change sets for [`Client::commit_changes`]).
-pub use strata_api as wire;
 pub use error::{Error, Result, Source};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
+pub use remote::Remote;
 pub use sandbox::{
     Expose, Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState,
     DEFAULT_MOUNT,
 };
 pub use store::Store;
+/// The wire types of `strata serve` (change sets for [`Client::commit_changes`]).
+pub use strata_api as wire;
 pub use workspace::{Change, CommitOutcome, Workspace};
 
 /// Handle the hidden subcommands this binary may be re-executed as

@@ -62,33 +62,15 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 const URL_HINT: &str = "give unix:///path/to/serve.sock, http://127.0.0.1:PORT or https://HOST:PORT (the address `strata serve` printed)";
 
-/// `AB:CD:…` or `abcd…` (64 hex digits, optionally `sha256:`-prefixed)
-/// as 32 bytes.
+/// A pinned fingerprint in the form `strata serve` prints
+/// (`sha256:` and 64 hex digits; colons allowed), as 32 bytes.
 pub(crate) fn parse_fingerprint(s: &str) -> Result<[u8; 32]> {
-    let t = s.trim();
-    let t = t
-        .strip_prefix("sha256:")
-        .or_else(|| t.strip_prefix("SHA256:"))
-        .unwrap_or(t);
-    let hex_digits: String = t.chars().filter(|c| *c != ':').collect();
-    let mut out = [0u8; 32];
-    match hex::decode(&hex_digits) {
-        Ok(v) if v.len() == 32 => {
-            out.copy_from_slice(&v);
-            Ok(out)
-        }
-        _ => Err(Error::invalid(
-            format!("certificate fingerprint {s:?} is not a SHA-256 fingerprint"),
-            "give the 64 hex digits (colons allowed) that `strata serve` printed for its certificate",
-        )),
-    }
-}
-
-fn hex_colons(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02X}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    strata_api::fingerprint::parse(s).map_err(|e| {
+        Error::invalid(
+            e,
+            "give the fingerprint `strata serve` printed for its certificate",
+        )
+    })
 }
 
 /// Accepts exactly the certificate whose SHA-256 is `pin`; signatures
@@ -108,14 +90,16 @@ impl ServerCertVerifier for Pinned {
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        let got = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
-        if got.as_ref() == self.pin {
+        let digest = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
+        let mut got = [0u8; 32];
+        got.copy_from_slice(digest.as_ref());
+        if got == self.pin {
             return Ok(ServerCertVerified::assertion());
         }
         Err(rustls::Error::General(format!(
-            "the server's certificate has SHA-256 fingerprint {}, not the pinned {}: refused (the server's certificate changed, or someone else answers at this address)",
-            hex_colons(got.as_ref()),
-            hex_colons(&self.pin)
+            "the server's certificate has fingerprint {}, not the pinned {}: refused (the server's certificate changed, or someone else answers at this address)",
+            strata_api::fingerprint::format(&got),
+            strata_api::fingerprint::format(&self.pin)
         )))
     }
 
@@ -427,11 +411,12 @@ mod tests {
         assert!(Remote::new("http://127.0.0.1", "t", None).is_err());
         assert!(Remote::new("ftp://x:1", "t", None).is_err());
         assert!(Remote::new("http://127.0.0.1:1", "", None).is_err());
-        let f = "AB:".repeat(31) + "AB";
+        let f = "sha256:".to_string() + &"ab".repeat(32);
         assert!(Remote::new("https://localhost:8443", "t", Some(&f)).is_ok());
         assert!(Remote::new("http://127.0.0.1:1", "t", Some(&f)).is_err());
         assert_eq!(parse_fingerprint(&f).unwrap(), [0xab; 32]);
-        assert_eq!(parse_fingerprint(&"ab".repeat(32)).unwrap(), [0xab; 32]);
+        let colons = "AB:".repeat(31) + "AB";
+        assert_eq!(parse_fingerprint(&colons).unwrap(), [0xab; 32]);
         assert!(parse_fingerprint("abcd").is_err());
     }
 }

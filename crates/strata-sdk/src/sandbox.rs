@@ -32,9 +32,9 @@ use strata_sandbox::backend::{
 use strata_sandbox::{BackendKind, NativeBackend};
 
 use crate::client::DaemonClient;
-use crate::remote::Remote;
 use crate::error::{Error, Result};
 use crate::exec::ExecHandle;
+use crate::remote::Remote;
 use crate::workspace::Workspace;
 
 pub use strata_sandbox::backend::SandboxInfo;

@@ -153,8 +153,7 @@ impl Client {
                     format!("/v1/sandboxes?{}", q.join("&"))
                 };
                 let l: wire::SandboxList = r.call(Method::GET, &path, None::<&()>).await?;
-                Ok(l
-                    .sandboxes
+                Ok(l.sandboxes
                     .into_iter()
                     .filter(|s| match &filter.name_prefix {
                         Some(p) => s.name.as_deref().is_some_and(|n| n.starts_with(p)),
@@ -188,7 +187,10 @@ impl Client {
 /// daemon answers through the relay.
 pub(crate) async fn state(r: &Remote, sb: &Sandbox) -> SandboxState {
     let path = format!("/v1/sandboxes/{}", enc(sb.id()));
-    match r.call::<wire::SandboxInfo>(Method::GET, &path, None::<&()>).await {
+    match r
+        .call::<wire::SandboxInfo>(Method::GET, &path, None::<&()>)
+        .await
+    {
         Ok(w) if w.state == wire::SandboxState::Running && sb.health().await.is_ok() => {
             SandboxState::Running
         }
