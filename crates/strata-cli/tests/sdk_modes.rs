@@ -30,6 +30,10 @@ enum Mode {
 
 struct Setup {
     env: Env,
+    /// In-process Sandboxes' state root (not under /tmp, which the SDK
+    /// refuses): this run's own, so other runs' Sandboxes stay out of its
+    /// lists.
+    _state: tempfile::TempDir,
     client: Client,
     _server: Option<Server>,
 }
@@ -48,17 +52,32 @@ fn setup(mode: Mode) -> Setup {
     std::fs::write(src.join("lib/a.txt"), "a\n").unwrap();
     env.ok(&["project", "create", "p", "--from", src.to_str().unwrap()]);
     let rt = tokio::runtime::Runtime::new().unwrap();
+    let state = tempfile::Builder::new()
+        .prefix("strata-sdk-modes-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
     let (client, server) = match mode {
-        Mode::Local => (rt.block_on(Client::local(&env.store)).unwrap(), None),
+        Mode::Local => (
+            rt.block_on(Client::local(&env.store))
+                .unwrap()
+                .with_sandbox_state(state.path()),
+            None,
+        ),
         Mode::Served => {
             let (t, _) = token(&env, &[]);
-            let s = Server::unix(&env);
+            let sock = env.path("s.sock");
+            let s = Server::start_with(
+                &env,
+                &["--listen", &format!("unix:{}", sock.display())],
+                &[("STRATA_SANDBOX_STATE", state.path())],
+            );
             let url = format!("unix://{}", s.addr.strip_prefix("unix:").unwrap());
             (Client::connect(&url, &t).unwrap(), Some(s))
         }
     };
     Setup {
         env,
+        _state: state,
         client,
         _server: server,
     }
@@ -238,7 +257,7 @@ fn exec_streams_stdin_eof_and_typed_errors_in_both_modes() {
             "{e:?}"
         );
         // A stale commit is a Conflict carrying the actual head.
-        let ws2 = sb.mount("p/main", Some("/w2")).await.unwrap();
+        let ws2 = sb.mount("p/main", Some("/tmp/w2")).await.unwrap();
         ws.exec(["sh", "-c", "echo 1 > a"]).output().await.unwrap();
         ws2.exec(["sh", "-c", "echo 2 > b"]).output().await.unwrap();
         let won = ws.commit("first").await.unwrap();

@@ -28,6 +28,8 @@ use crate::workspace::Change;
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) inner: Inner,
+    /// In-process: the Sandbox state root (`None`: the backend's default).
+    pub(crate) sandbox_state: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +106,7 @@ impl Client {
     pub fn from_store(store: strata_store::Store) -> Client {
         Client {
             inner: Inner::Local(store),
+            sandbox_state: None,
         }
     }
 
@@ -125,7 +128,17 @@ impl Client {
     pub fn connect_with(url: &str, token: &str, fingerprint: Option<&str>) -> Result<Client> {
         Ok(Client {
             inner: Inner::Remote(Remote::new(url, token, fingerprint)?),
+            sandbox_state: None,
         })
+    }
+
+    /// In-process: keep this client's Sandboxes under the state root `dir`
+    /// (as [`crate::SandboxSpec::state_dir`]; not under /tmp or /run)
+    /// instead of the backend's default. Through a server the server
+    /// chooses, and this is ignored.
+    pub fn with_sandbox_state(mut self, dir: impl Into<std::path::PathBuf>) -> Client {
+        self.sandbox_state = Some(dir.into());
+        self
     }
 
     /// Whether calls go through a server.

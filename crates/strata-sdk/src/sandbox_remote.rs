@@ -105,6 +105,9 @@ impl Client {
         match &self.inner {
             Inner::Local(s) => {
                 spec.store = s.dir().to_path_buf();
+                if spec.state_dir.is_none() {
+                    spec.state_dir = self.sandbox_state.clone();
+                }
                 Sandbox::create(spec).await
             }
             Inner::Remote(r) => {
@@ -132,9 +135,14 @@ impl Client {
 
     /// Sandboxes matching `filter` (B10), oldest first; through a server,
     /// those of its Store the token sees (`filter.state_dir` must be unset).
-    pub async fn sandboxes(&self, filter: SandboxFilter) -> Result<Vec<SandboxInfo>> {
+    pub async fn sandboxes(&self, mut filter: SandboxFilter) -> Result<Vec<SandboxInfo>> {
         match &self.inner {
-            Inner::Local(_) => Sandbox::list(filter).await,
+            Inner::Local(_) => {
+                if filter.state_dir.is_none() {
+                    filter.state_dir = self.sandbox_state.clone();
+                }
+                Sandbox::list(filter).await
+            }
             Inner::Remote(r) => {
                 if filter.state_dir.is_some() {
                     return Err(Error::invalid(
@@ -168,7 +176,7 @@ impl Client {
     /// Open Sandbox `id` (B8), e.g. from another process.
     pub async fn sandbox(&self, id: &str) -> Result<Sandbox> {
         match &self.inner {
-            Inner::Local(_) => Sandbox::open(id).await,
+            Inner::Local(_) => Sandbox::open_in(id, self.sandbox_state.clone()).await,
             Inner::Remote(r) => {
                 let w: wire::SandboxInfo = r
                     .call(
