@@ -46,13 +46,14 @@ pub struct CreateSandbox {
     /// `none` (loopback only, the default) or `host`.
     #[serde(default)]
     pub network: SandboxNetwork,
-    /// Memory limit in bytes (default: half of the host's RAM).
+    /// Memory limit in bytes, at least 64 MiB (default: half of the
+    /// host's RAM).
     #[serde(default)]
     pub memory: Option<u64>,
-    /// Most tasks at once (default 4096).
+    /// Most tasks at once, at least 64 (default 4096).
     #[serde(default)]
     pub pids: Option<u64>,
-    /// CPUs, e.g. 0.5 or 2 (default: no CPU limit).
+    /// CPUs, 0.01 to 4096, e.g. 0.5 or 2 (default: no CPU limit).
     #[serde(default)]
     pub cpus: Option<f64>,
     /// No default limits: only those given apply.
@@ -142,8 +143,10 @@ pub struct SandboxListQuery {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct SandboxLogsQuery {
-    /// The last this many lines (default 100, at most 10000).
-    #[serde(default)]
+    /// The last this many lines (default 100, at most 10000). Also
+    /// accepted as `tail`, the daemon's own name for it (this route
+    /// stands where the relayed daemon route `/v1/logs` would).
+    #[serde(default, alias = "tail")]
     pub lines: Option<usize>,
 }
 

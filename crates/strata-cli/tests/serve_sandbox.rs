@@ -8,148 +8,10 @@ mod common;
 
 mod serve_common;
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
 use base64::Engine;
 use common::Env;
 use serde_json::{json, Value};
 use serve_common::*;
-
-/// Sandboxes need root, namespaces and /dev/fuse: without them the test
-/// fails with the reason (never a silent pass).
-fn require_root() {
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests create Sandboxes and need root (run scripts/test as root)"
-    );
-    assert!(
-        Path::new("/dev/fuse").exists(),
-        "these tests mount Workspaces and need /dev/fuse"
-    );
-}
-
-/// A Sandbox state root of its own (not under /tmp: the SDK refuses it),
-/// whose leftover Sandboxes are closed on drop even when a test fails.
-struct SbState {
-    dir: tempfile::TempDir,
-    store: PathBuf,
-}
-
-impl SbState {
-    fn new(env: &Env) -> SbState {
-        SbState {
-            dir: tempfile::Builder::new()
-                .prefix("strata-serve-sb-")
-                .tempdir_in("/var/tmp")
-                .unwrap(),
-            store: env.store.clone(),
-        }
-    }
-    fn vars(&self) -> [(&str, &Path); 1] {
-        [("STRATA_SANDBOX_STATE", self.dir.path())]
-    }
-}
-
-impl Drop for SbState {
-    fn drop(&mut self) {
-        let run = |args: &[&str]| {
-            std::process::Command::new(common::BIN)
-                .env("STRATA_SANDBOX_STATE", self.dir.path())
-                .arg("--store")
-                .arg(&self.store)
-                .arg("--json")
-                .args(args)
-                .output()
-        };
-        if let Ok(out) = run(&["sandbox", "list"]) {
-            let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-            for sb in v.as_array().into_iter().flatten() {
-                if let Some(id) = sb["id"].as_str() {
-                    let _ = run(&["sandbox", "rm", "--discard", id]);
-                }
-            }
-        }
-    }
-}
-
-fn start(env: &Env, st: &SbState) -> Server {
-    let sock = env.path("s.sock");
-    Server::start_with(
-        env,
-        &["--listen", &format!("unix:{}", sock.display())],
-        &st.vars(),
-    )
-}
-
-fn ok(r: &Resp, want: u16, what: &str) -> Value {
-    assert_eq!(r.status, want, "{what}: {}", r.text());
-    if r.body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&r.body).unwrap_or(Value::Null)
-    }
-}
-
-fn post_json(s: &Server, t: &str, path: &str, body: Value) -> Resp {
-    s.req("POST", path, Some(t), Some(&body))
-}
-
-fn create_sandbox(s: &Server, t: &str, body: Value) -> String {
-    let v = ok(
-        &post_json(s, t, "/v1/sandboxes", body),
-        201,
-        "create a Sandbox",
-    );
-    assert_eq!(v["state"], "running", "{v}");
-    v["id"].as_str().unwrap().to_string()
-}
-
-fn mount(s: &Server, t: &str, sb: &str, reference: &str) -> String {
-    let r = post_json(
-        s,
-        t,
-        &format!("/v1/sandboxes/{sb}/workspaces"),
-        json!({ "ref": reference }),
-    );
-    assert!(r.status == 201 || r.status == 200, "mount: {}", r.text());
-    r.json()["id"].as_str().unwrap().to_string()
-}
-
-fn exec(s: &Server, t: &str, sb: &str, body: Value) -> String {
-    let v = ok(
-        &post_json(s, t, &format!("/v1/sandboxes/{sb}/execs"), body),
-        201,
-        "exec",
-    );
-    v["id"].as_str().unwrap().to_string()
-}
-
-/// The NDJSON output (`?format=ndjson`): (stdout, stderr, the last line).
-fn ndjson_output(s: &Server, t: &str, sb: &str, eid: &str) -> (Vec<u8>, Vec<u8>, Value) {
-    let r = s.get(
-        &format!("/v1/sandboxes/{sb}/execs/{eid}/output?format=ndjson"),
-        t,
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    let (mut out, mut err, mut last) = (Vec::new(), Vec::new(), Value::Null);
-    for line in r.text().lines() {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        if let Some(stream) = v["stream"].as_str() {
-            let data = base64::engine::general_purpose::STANDARD
-                .decode(v["data_b64"].as_str().unwrap())
-                .unwrap();
-            match stream {
-                "stdout" => out.extend(data),
-                "stderr" => err.extend(data),
-                other => panic!("stream {other}"),
-            }
-        } else {
-            last = v;
-        }
-    }
-    (out, err, last)
-}
 
 #[test]
 fn a_sandbox_through_the_server_mounts_runs_commits_and_closes() {
@@ -190,6 +52,24 @@ fn a_sandbox_through_the_server_mounts_runs_commits_and_closes() {
     assert_eq!(none["sandboxes"], json!([]));
 
     let ws = mount(&s, &t, &sb, "p/main");
+    // The daemon's token stays in the server: no answer carries it, and it
+    // is no server token.
+    let dtoken = std::fs::read_to_string(st.dir.path().join(&sb).join("token")).unwrap();
+    let dtoken = dtoken.trim();
+    assert_eq!(dtoken.len(), 64, "{dtoken:?}");
+    for p in [
+        format!("/v1/sandboxes/{sb}"),
+        "/v1/sandboxes".into(),
+        format!("/v1/sandboxes/{sb}/workspaces"),
+        format!("/v1/sandboxes/{sb}/health"),
+        format!("/v1/sandboxes/{sb}/logs?lines=1000"),
+        format!("/v1/sandboxes/{sb}/logs?tail=1000"),
+    ] {
+        let r = s.get(&p, &t);
+        assert_eq!(r.status, 200, "{p}: {}", r.text());
+        assert!(!r.text().contains(dtoken), "{p} shows the daemon's token");
+    }
+    assert_eq!(s.get("/v1/projects", dtoken).status, 401);
     // Output: the file of the branch, a new file, the uid.
     let e1 = exec(
         &s,
@@ -327,23 +207,6 @@ fn a_sandbox_through_the_server_mounts_runs_commits_and_closes() {
     assert_eq!(listed["sandboxes"], json!([]));
     // Closing left the Store alone.
     assert_eq!(env.ok(&["cat", "p/main", "new.txt"]), b"made\n");
-}
-
-fn head_of(s: &Server, t: &str, project: &str) -> String {
-    let v = ok(
-        &s.get(&format!("/v1/projects/{project}/branches"), t),
-        200,
-        "branches",
-    );
-    v["branches"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == "main")
-        .unwrap()["head"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 #[test]
@@ -503,7 +366,7 @@ fn a_killed_server_finds_its_sandboxes_again_and_calls_by_id_go_on() {
         .iter()
         .map(|x| x["id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(ids, [sb.clone()]);
+    assert_eq!(ids, std::slice::from_ref(&sb));
     // The exec from before is still known, and new calls work by ID.
     let w = ok(
         &s.get(&format!("/v1/sandboxes/{sb}/execs/{e}"), &t),
@@ -590,6 +453,47 @@ fn exec_streams_over_a_websocket_stdin_in_tagged_output_out_and_resize() {
     );
     assert_eq!(end["exit"]["code"], 0, "{end}");
 
+    // A client that goes away from a command that never ends frees the
+    // exec's one output attachment: the next reader is not refused (409).
+    let e = exec(&s, &t, &sb, json!({"argv": ["cat"], "stdin": true}));
+    rt.block_on(async {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let stream = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        let mut req = format!("ws://strata/v1/sandboxes/{sb}/execs/{e}/ws")
+            .into_client_request()
+            .unwrap();
+        req.headers_mut()
+            .insert("Authorization", format!("Bearer {t}").parse().unwrap());
+        let (mut ws, _) = tokio_tungstenite::client_async(req, stream).await.unwrap();
+        ws.close(None).await.unwrap();
+    });
+    let again = |s: &Server| {
+        s.get(
+            &format!("/v1/sandboxes/{sb}/execs/{e}/output?follow=false"),
+            &t,
+        )
+        .status
+    };
+    let t0 = std::time::Instant::now();
+    while again(&s) == 409 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(
+        again(&s),
+        200,
+        "the output is still attached to a gone client"
+    );
+    ok(
+        &s.post(
+            &format!("/v1/sandboxes/{sb}/execs/{e}/stdin/close"),
+            &t,
+            b"",
+            "application/json",
+        ),
+        200,
+        "close stdin",
+    );
+
     // Not a WebSocket request: 400 with the error shape.
     let r = s.get(&format!("/v1/sandboxes/{sb}/execs/{e}/ws"), &t);
     assert_eq!(r.status, 400, "{}", r.text());
@@ -602,154 +506,6 @@ fn exec_streams_over_a_websocket_stdin_in_tagged_output_out_and_resize() {
         None,
     );
     assert_eq!(r.status, 401);
-}
-
-enum WsIn {
-    Bin(Vec<u8>),
-    Text(Value),
-}
-
-/// Connect a WebSocket over the server's Unix socket, send `input`, and
-/// collect stdout, stderr and the final text frame until the close.
-async fn ws_session(
-    sock: &str,
-    token: &str,
-    path: &str,
-    input: Vec<WsIn>,
-) -> (Vec<u8>, Vec<u8>, Value) {
-    use futures_util::{SinkExt, StreamExt};
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    use tokio_tungstenite::tungstenite::Message;
-    let stream = tokio::net::UnixStream::connect(sock).await.unwrap();
-    let mut req = format!("ws://strata{path}").into_client_request().unwrap();
-    req.headers_mut()
-        .insert("Authorization", format!("Bearer {token}").parse().unwrap());
-    let (mut ws, resp) = tokio_tungstenite::client_async(req, stream)
-        .await
-        .unwrap_or_else(|e| panic!("websocket upgrade of {path}: {e}"));
-    assert_eq!(resp.status(), 101);
-    for m in input {
-        let msg = match m {
-            WsIn::Bin(b) => Message::Binary(b.into()),
-            WsIn::Text(v) => Message::Text(v.to_string().into()),
-        };
-        ws.send(msg).await.unwrap();
-    }
-    let (mut out, mut err, mut end) = (Vec::new(), Vec::new(), Value::Null);
-    let read = async {
-        while let Some(m) = ws.next().await {
-            match m.unwrap() {
-                Message::Binary(b) => match b.first() {
-                    Some(1) => out.extend_from_slice(&b[1..]),
-                    Some(2) => err.extend_from_slice(&b[1..]),
-                    other => panic!("untagged binary frame {other:?}"),
-                },
-                Message::Text(t) => end = serde_json::from_str(t.as_str()).unwrap(),
-                Message::Close(_) => break,
-                _ => {}
-            }
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(60), read)
-        .await
-        .expect("the WebSocket ends within 60 s");
-    (out, err, end)
-}
-
-/// A rustls verifier that accepts exactly one certificate: the one whose
-/// SHA-256 is pinned (signatures still checked with the provider's
-/// algorithms).
-#[derive(Debug)]
-struct Pin {
-    want: [u8; 32],
-    provider: Arc<tokio_rustls::rustls::crypto::CryptoProvider>,
-}
-
-mod pin_impl {
-    use super::Pin;
-    use sha2::Digest;
-    use tokio_rustls::rustls::client::danger::{
-        HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-    };
-    use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    use tokio_rustls::rustls::{DigitallySignedStruct, Error, SignatureScheme};
-
-    impl ServerCertVerifier for Pin {
-        fn verify_server_cert(
-            &self,
-            end_entity: &CertificateDer<'_>,
-            _: &[CertificateDer<'_>],
-            _: &ServerName<'_>,
-            _: &[u8],
-            _: UnixTime,
-        ) -> Result<ServerCertVerified, Error> {
-            let got: [u8; 32] = sha2::Sha256::digest(end_entity.as_ref()).into();
-            if got == self.want {
-                Ok(ServerCertVerified::assertion())
-            } else {
-                Err(Error::General(
-                    "certificate fingerprint does not match the pin".into(),
-                ))
-            }
-        }
-        fn verify_tls12_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, Error> {
-            tokio_rustls::rustls::crypto::verify_tls12_signature(
-                m,
-                c,
-                d,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-        fn verify_tls13_signature(
-            &self,
-            m: &[u8],
-            c: &CertificateDer<'_>,
-            d: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, Error> {
-            tokio_rustls::rustls::crypto::verify_tls13_signature(
-                m,
-                c,
-                d,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.provider
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
-}
-
-/// One HTTP/1.1 request over TLS to `addr`, pinning `fp`.
-async fn tls_get(addr: &str, fp: [u8; 32], path: &str, token: &str) -> std::io::Result<Resp> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio_rustls::rustls;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pin { want: fp, provider }))
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(name, tcp)
-        .await?;
-    tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: strata\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\r\n")
-            .as_bytes(),
-    )
-    .await?;
-    let mut raw = Vec::new();
-    let _ = tls.read_to_end(&mut raw).await;
-    Ok(parse(&raw))
 }
 
 #[test]
@@ -805,12 +561,49 @@ fn tls_with_a_generated_certificate_is_reached_by_its_pin_and_refuses_another() 
     );
     let s2 = Server::start(&env, &["--listen", "tcp:127.0.0.1:0", "--tls-generate"]);
     assert_eq!(s2.ready["fingerprint"], fp_text.as_str());
-}
+    drop(s2);
 
-/// The fingerprint's 32 bytes (the format of strata-api's `fingerprint`).
-fn strata_server_fingerprint(s: &str) -> [u8; 32] {
-    let hex = s.strip_prefix("sha256:").unwrap();
-    std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+    // A given certificate and key (here the generated pair, copied): the
+    // same fingerprint, and a pinning client gets through.
+    let (cert, key) = (env.path("c.pem"), env.path("k.pem"));
+    std::fs::copy(env.store.join("server-tls-cert.pem"), &cert).unwrap();
+    std::fs::copy(key_of(&env), &key).unwrap();
+    let s3 = Server::start(
+        &env,
+        &[
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(s3.ready["fingerprint"], fp_text.as_str());
+    let addr = s3.addr.strip_prefix("tcp:").unwrap().to_string();
+    let r = rt.block_on(tls_get(&addr, fp, "/v1/projects", &t)).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    drop(s3);
+    // A key file that is no key: refused at start with what to give.
+    std::fs::write(&key, b"not a key\n").unwrap();
+    let out = env
+        .cmd(&[
+            "serve",
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("PRIVATE KEY") && err.contains("--tls-key"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -868,13 +661,18 @@ fn bad_input_on_the_sandbox_routes_is_4xx_never_5xx_and_the_server_lives() {
     let big = vec![b' '; 2 << 20];
     let r = s.post("/v1/sandboxes", &all, &big, "application/json");
     assert_eq!(r.status, 413);
-    let r = post_json(
-        &s,
-        &all,
-        "/v1/sandboxes",
-        json!({"project": "a", "cpus": -1}),
-    );
-    assert_eq!(r.status, 400, "{}", r.text());
+    // Limits the Sandbox could not start with: 400 naming the limit, not
+    // a backend failure.
+    for (body, word) in [
+        (json!({"project": "a", "cpus": -1}), "cpus"),
+        (json!({"project": "a", "cpus": 0.0001}), "cpus"),
+        (json!({"project": "a", "memory": 1}), "memory"),
+        (json!({"project": "a", "pids": 1}), "pids"),
+    ] {
+        let r = post_json(&s, &all, "/v1/sandboxes", body.clone());
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(word), "{}", r.text());
+    }
     let r = post_json(
         &s,
         &all,
@@ -951,4 +749,71 @@ fn bad_input_on_the_sandbox_routes_is_4xx_never_5xx_and_the_server_lives() {
     // Nothing the scoped token sent made a Sandbox.
     let listed = ok(&s.get("/v1/sandboxes", &all), 200, "list");
     assert_eq!(listed["sandboxes"].as_array().unwrap().len(), 1, "{listed}");
+}
+
+#[test]
+fn sigterm_ends_open_exec_streams_and_the_sandboxes_keep_running() {
+    require_root();
+    let env = Env::new();
+    let st = SbState::new(&env);
+    let mut s = start(&env, &st);
+    let (t, _) = token(&env, &[]);
+    create_project(&s, &t, "p");
+    let sb = create_sandbox(&s, &t, json!({"project": "p"}));
+    mount(&s, &t, &sb, "p/main");
+    let e = exec(
+        &s,
+        &t,
+        &sb,
+        json!({"argv": ["sh", "-c", "echo started; exec sleep 1000"]}),
+    );
+    // A follower of the output of a command that does not end.
+    let sock = s.addr.strip_prefix("unix:").unwrap().to_string();
+    let req = format!(
+        "GET /v1/sandboxes/{sb}/execs/{e}/output?format=ndjson HTTP/1.1\r\nHost: s\r\nConnection: close\r\nAuthorization: Bearer {t}\r\n\r\n"
+    );
+    let reader = std::thread::spawn(move || {
+        exchange(
+            std::os::unix::net::UnixStream::connect(sock).unwrap(),
+            req.as_bytes(),
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let t0 = std::time::Instant::now();
+    // SIGTERM, as systemd stops it.
+    let pid = rustix::process::Pid::from_raw(s.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "the server did not finish its shutdown with a stream open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let raw = reader.join().unwrap();
+    let r = parse(&raw);
+    assert_eq!(r.status, 200);
+    let first: Value = serde_json::from_str(r.text().lines().next().unwrap()).unwrap();
+    assert_eq!(first["stream"], "stdout", "{}", r.text());
+    // The Sandbox and its command outlive the server.
+    let s = start(&env, &st);
+    assert_eq!(
+        ok(&s.get(&format!("/v1/sandboxes/{sb}"), &t), 200, "get")["state"],
+        "running"
+    );
+    let x = ok(
+        &s.get(&format!("/v1/sandboxes/{sb}/execs/{e}"), &t),
+        200,
+        "exec",
+    );
+    assert_eq!(x["state"], "running", "{x}");
+}
+
+/// The generated TLS key in the Store directory.
+fn key_of(env: &Env) -> std::path::PathBuf {
+    env.store.join("server-tls-key.pem")
 }

@@ -176,7 +176,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_tcp_and_unix_paths_parse() {
+    fn addresses_parse_and_a_non_loopback_one_needs_tls() {
         assert_eq!(
             Listen::parse("unix:/tmp/s").unwrap(),
             Listen::Unix("/tmp/s".into())

@@ -39,13 +39,15 @@ const MOUNT_BODY_MAX: usize = 64 << 10;
 
 /// Request headers that are the connection's, not the request's, or that
 /// the server sets itself (RFC 9110 §7.6.1), never forwarded.
-const HOP: [HeaderName; 6] = [
+/// `Expect: 100-continue` was answered by this server already.
+const HOP: [HeaderName; 7] = [
     header::HOST,
     header::AUTHORIZATION,
     header::CONNECTION,
     header::TRANSFER_ENCODING,
     header::TE,
     header::UPGRADE,
+    header::EXPECT,
 ];
 
 fn stopped(d: &Daemon, e: impl std::fmt::Display) -> ApiError {
@@ -433,7 +435,11 @@ async fn session(
                 let _ = tx.send(close(1001, "the server is shutting down")).await;
                 break;
             }
-            Some(m) = err_rx.recv() => {
+            m = err_rx.recv() => {
+                // None: the client's half ended (it closed or went away).
+                // Stop reading the output too, so that the exec's one
+                // output attachment is free for the next reader.
+                let Some(m) = m else { break };
                 let e = ErrorBody { error: ErrorDetail { code: "invalid_input".into(), message: m, actual_head: None } };
                 if tx.send(Message::Text(serde_json::to_string(&e).unwrap_or_default().into())).await.is_err() {
                     break;
@@ -464,4 +470,34 @@ async fn session(
         }
     }
     input.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemon_frames_become_output_lines() {
+        let l = output_line(br#"{"type":"stderr","seq":4,"data":"aGk="}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"stream": "stderr", "seq": 4, "data_b64": "aGk="})
+        );
+        let l =
+            output_line(br#"{"type":"exit","seq":5,"code":3,"cancelled":false,"timed_out":false}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"exit": {"code": 3, "cancelled": false, "timed_out": false}})
+        );
+        let l = output_line(br#"{"type":"error","seq":0,"stage":"execve","message":"no","errno":2,"errno_name":"ENOENT"}"#);
+        assert_eq!(
+            serde_json::to_value(&l).unwrap(),
+            serde_json::json!({"failed": {"stage": "execve", "message": "no", "errno": 2, "errno_name": "ENOENT"}})
+        );
+        // Not a frame: a failure naming the line, never made-up output.
+        match output_line(b"garbage") {
+            OutputLine::Failed { failed } => assert!(failed.message.contains("garbage")),
+            other => panic!("{other:?}"),
+        }
+    }
 }

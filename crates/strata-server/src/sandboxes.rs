@@ -27,6 +27,9 @@ use crate::ServerState;
 /// How long `GET /v1/sandboxes/{id}` waits for the daemon's Workspace
 /// list: a hung Sandbox must not hang the call.
 const DAEMON_LOOKUP: Duration = Duration::from_secs(2);
+/// Smallest limits a created Sandbox may ask for.
+const MIN_MEMORY: u64 = 64 << 20;
+const MIN_PIDS: u64 = 64;
 
 /// Where a Sandbox's daemon answers, and for which project.
 pub(crate) struct Daemon {
@@ -252,17 +255,28 @@ pub(crate) async fn create(
     }
     let cpu_millis = match body.cpus {
         None => None,
-        Some(c) if c.is_finite() && c > 0.0 && c <= 4096.0 => Some((c * 1000.0).round() as u64),
+        Some(c) if c.is_finite() && (0.01..=4096.0).contains(&c) => {
+            Some((c * 1000.0).round() as u64)
+        }
         Some(c) => {
             return Err(ApiError::invalid(format!(
-                "cpus {c}: give a number of CPUs above 0, e.g. 0.5 or 2"
+                "cpus {c}: give a number of CPUs from 0.01 to 4096, e.g. 0.5 or 2"
             )))
         }
     };
-    if body.memory == Some(0) || body.pids == Some(0) {
-        return Err(ApiError::invalid(
-            "memory and pids limits must be above 0 (leave them out for the defaults)",
-        ));
+    // Below these the Sandbox's own init and daemon cannot start (the
+    // backend would fail it with a 502 that is the request's fault).
+    if body.memory.is_some_and(|m| m < MIN_MEMORY) {
+        return Err(ApiError::invalid(format!(
+            "memory {}: at least {MIN_MEMORY} bytes (64 MiB): the Sandbox's daemon runs within the limit too; leave it out for the default",
+            body.memory.unwrap_or(0)
+        )));
+    }
+    if body.pids.is_some_and(|p| p < MIN_PIDS) {
+        return Err(ApiError::invalid(format!(
+            "pids {}: at least {MIN_PIDS}: the Sandbox's init and daemon threads count too; leave it out for the default",
+            body.pids.unwrap_or(0)
+        )));
     }
     let mut spec = SandboxSpec::new(st.store.dir());
     spec.name = body.name;

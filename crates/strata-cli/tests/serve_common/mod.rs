@@ -11,6 +11,14 @@ use serde_json::{json, Value};
 use crate::common::{Env, BIN};
 pub use strata_testkit::http::{parse, Resp};
 
+pub mod clients;
+pub mod sandbox;
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use clients::*;
+#[allow(unused_imports)]
+pub use sandbox::*;
+
 /// A running `strata serve`, killed on drop.
 pub struct Server {
     pub child: Child,
