@@ -286,3 +286,75 @@ fn exec_streams_stdin_eof_and_typed_errors_in_both_modes() {
             .unwrap();
     });
 }
+
+/// The monitor pid of Sandbox `id`, from its record under `state` (read
+/// in this process, as root, whichever mode created it).
+async fn monitor_pid(id: &str, state: &std::path::Path) -> i32 {
+    let sb = strata_sdk::Sandbox::open_in(id, Some(state.to_path_buf()))
+        .await
+        .unwrap();
+    sb.info()
+        .handle
+        .as_deref()
+        .and_then(|h| {
+            h.split(|c: char| !c.is_ascii_digit())
+                .find(|p| !p.is_empty())
+        })
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no monitor pid in {:?}", sb.info().handle))
+}
+
+#[test]
+fn restart_after_a_killed_sandbox_in_both_modes() {
+    both(|mode, s| async move {
+        let c = &s.client;
+        let sb = c.create_sandbox(spec(&s, mode)).await.unwrap();
+        let ws = sb.mount("p/main", None).await.unwrap();
+        ws.exec(["sh", "-c", "echo kept > uncommitted"])
+            .output()
+            .await
+            .unwrap();
+        // SIGKILL to the monitor: PID 1 and the daemon die with it.
+        let pid = monitor_pid(sb.id(), s._state.path()).await;
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        )
+        .unwrap();
+        let t = std::time::Instant::now();
+        while sb.state().await != strata_sdk::SandboxState::Stopped || sb.health().await.is_ok() {
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(10),
+                "still running"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        // Calls on it fail (typed), and restart brings it and its
+        // Workspace back, uncommitted work included; the old handle works.
+        assert!(ws.status().await.is_err());
+        let mut sb = sb;
+        let t = std::time::Instant::now();
+        loop {
+            match sb.restart().await {
+                Ok(()) => break,
+                // The backend may read it running a moment longer.
+                Err(Error::Busy { .. }) if t.elapsed() < std::time::Duration::from_secs(10) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await
+                }
+                Err(e) => panic!("restart: {e:?}"),
+            }
+        }
+        assert_eq!(sb.state().await, strata_sdk::SandboxState::Running);
+        let wss = sb.workspaces().await.unwrap();
+        assert_eq!(wss.len(), 1);
+        assert_eq!(wss[0].id(), ws.id());
+        let changes = ws.status().await.unwrap();
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let o = ws.exec(["cat", "uncommitted"]).output().await.unwrap();
+        assert_eq!(o.stdout, b"kept\n");
+        let done = ws.commit("after restart").await.unwrap();
+        assert!(done.committed());
+        sb.close().await.unwrap();
+        assert_eq!(s.env.ok(&["cat", "p/main", "uncommitted"]), b"kept\n");
+    });
+}
