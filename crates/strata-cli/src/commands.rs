@@ -8,6 +8,7 @@ use crate::cli::{BranchCmd, Cli, Command, InitArgs, ProjectCmd};
 use crate::ctx::{default_store_path, sdk, Ctx, RemoteOpts};
 use crate::output::{commit_json, commit_text, human_bytes, lossy, warn};
 use crate::progress::Bar;
+use crate::sandbox::SandboxCmd;
 use anyhow::Result;
 use serde_json::json;
 use std::path::Path;
@@ -23,7 +24,15 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         | Command::Log { .. }
         | Command::Diff { .. }
         | Command::Ls { .. }
-        | Command::Cat { .. } => return None,
+        | Command::Cat { .. }
+        | Command::Sandbox(
+            SandboxCmd::Create(_)
+            | SandboxCmd::List { .. }
+            | SandboxCmd::Inspect { .. }
+            | SandboxCmd::Logs { .. }
+            | SandboxCmd::Restart { .. }
+            | SandboxCmd::Rm { .. },
+        ) => return None,
         Command::Project(ProjectCmd::Create { from: Some(_), .. }) | Command::Snapshot { .. } => {
             "it reads a directory of this host; create the project, then commit files through the API (docs/server.md, change sets and tar import)"
         }
@@ -40,12 +49,12 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         Command::Probe(_) => "it probes this host",
         Command::Completions { .. } => "it prints a script and needs no Store",
         Command::Ws(_)
-        | Command::Sandbox(_)
+        | Command::Sandbox(SandboxCmd::Mount(_))
         | Command::Exec(_)
         | Command::ExecLogs(_)
         | Command::ExecWait(_)
         | Command::ExecCancel(_) => {
-            "Sandboxes, Workspaces and execs go through a server from the SDK (strata_sdk::Client), not this command line yet"
+            "Workspaces and execs go through a server from the SDK (strata_sdk::Client) or the API, not this command line yet"
         }
     })
 }

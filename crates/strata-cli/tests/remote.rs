@@ -360,3 +360,105 @@ fn https_with_the_pinned_fingerprint_works_and_any_other_is_refused() {
     let o = run(c);
     assert_eq!(o.0, Some(1), "{}", o.2);
 }
+
+/// `strata sandbox create|list|inspect|logs|rm` through the server: the
+/// same JSON shapes as locally, the Sandbox real (listed by the local
+/// command on the same state root), and gone after `rm`.
+#[test]
+fn sandbox_commands_through_the_server() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test creates a native Sandbox: run it as root (CI does)"
+    );
+    let env = populated();
+    let (t, _) = token(&env, &[]);
+    let state = tempfile::Builder::new()
+        .prefix("strata-cli-remote-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let sock = env.path("s.sock");
+    let s = Server::start_with(
+        &env,
+        &["--listen", &format!("unix:{}", sock.display())],
+        &[("STRATA_SANDBOX_STATE", state.path())],
+    );
+    let url = url_of(&s);
+    let remote = |args: &[&str]| {
+        let mut c = env.cmd(&[]);
+        c.env("STRATA_TOKEN", &t)
+            .args(["--remote", &url])
+            .args(args);
+        let o = run(c);
+        assert_eq!(o.0, Some(0), "{args:?}: {}", o.2);
+        o.1
+    };
+    let local = |args: &[&str]| {
+        let mut c = env.cmd(args);
+        c.env("STRATA_SANDBOX_STATE", state.path());
+        let o = run(c);
+        assert_eq!(o.0, Some(0), "{args:?}: {}", o.2);
+        o.1
+    };
+    let json = |b: Vec<u8>| -> serde_json::Value { serde_json::from_slice(&b).unwrap() };
+    let created = json(remote(&[
+        "--json",
+        "sandbox",
+        "create",
+        "--label",
+        "via=remote",
+    ]));
+    let id = created["sandbox"].as_str().unwrap().to_string();
+    let keys =
+        |v: &serde_json::Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+    let r = json(remote(&[
+        "--json",
+        "sandbox",
+        "list",
+        "--label",
+        "via=remote",
+    ]));
+    let l = json(local(&[
+        "--json",
+        "sandbox",
+        "list",
+        "--label",
+        "via=remote",
+    ]));
+    assert_eq!(r.as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r[0]["id"], id.as_str());
+    assert_eq!(
+        l[0]["id"],
+        id.as_str(),
+        "the local command sees the same Sandbox"
+    );
+    assert_eq!(keys(&r[0]), keys(&l[0]), "the same JSON shape");
+    for k in [
+        "id",
+        "name",
+        "labels",
+        "backend",
+        "state",
+        "created_unix_ms",
+    ] {
+        assert_eq!(r[0][k], l[0][k], "{k}");
+    }
+    let i = json(remote(&["--json", "sandbox", "inspect", &id]));
+    assert_eq!(i["running"], true);
+    let logs = json(remote(&["--json", "sandbox", "logs", &id]));
+    assert!(
+        logs["log"]
+            .as_str()
+            .unwrap()
+            .contains("STRATA-DAEMON-READY"),
+        "{logs}"
+    );
+    remote(&["sandbox", "rm", &id]);
+    let l = json(local(&[
+        "--json",
+        "sandbox",
+        "list",
+        "--label",
+        "via=remote",
+    ]));
+    assert_eq!(l.as_array().unwrap().len(), 0, "removed: {l}");
+}
