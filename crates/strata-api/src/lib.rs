@@ -138,6 +138,9 @@ pub struct DiffQuery {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PathChange {
     pub path: String,
+    /// The exact path in hex, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_hex: Option<String>,
     /// `added`, `modified`, `deleted` or `type_changed`.
     pub kind: String,
 }
@@ -145,6 +148,10 @@ pub struct PathChange {
 /// `GET /v1/projects/{project}/diff`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct DiffResponse {
+    /// The commit `from` names.
+    pub from: String,
+    /// The commit `to` names.
+    pub to: String,
     pub changes: Vec<PathChange>,
 }
 
@@ -177,6 +184,20 @@ pub struct Entry {
     /// A symlink's target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The exact name in hex, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name_hex: Option<String>,
+    /// The exact target in hex, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_hex: Option<String>,
+    /// Hard-link group within the commit (entries with the same group are
+    /// one inode); absent when not hard-linked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_group: Option<u64>,
+    /// Names of the entry's extended attributes (`user.` namespace), when
+    /// it has any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xattrs: Vec<String>,
 }
 
 /// `GET /v1/projects/{project}/ls`.

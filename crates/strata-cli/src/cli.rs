@@ -21,6 +21,28 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub allow_any_fs: bool,
 
+    /// Do the command through the `strata serve` at URL instead of on a
+    /// local Store (like `docker -H`): unix:///path/serve.sock,
+    /// http://127.0.0.1:PORT or https://HOST:PORT. The token comes from
+    /// $STRATA_TOKEN or --token-file.
+    #[arg(long, global = true, env = "STRATA_REMOTE", value_name = "URL")]
+    pub remote: Option<String>,
+
+    /// With --remote: read the server's bearer token from FILE instead of
+    /// $STRATA_TOKEN.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+
+    /// With an https:// --remote: accept only the certificate with this
+    /// SHA-256 fingerprint (what `strata serve` printed).
+    #[arg(
+        long,
+        global = true,
+        env = "STRATA_REMOTE_FINGERPRINT",
+        value_name = "SHA256"
+    )]
+    pub remote_fingerprint: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -1,16 +1,72 @@
 //! The commands that manage a Store: init, projects, branches, snapshot,
-//! log, diff and maintenance. Each is a thin call into `strata_store` and
-//! a rendering of its result.
+//! log, diff and maintenance. Each is a thin call into the library and a
+//! rendering of its result. Those that work through a server (`--remote`,
+//! docs/server.md) go through `strata_sdk::Client`, the same code path
+//! locally and remotely; the others refuse `--remote` (exit 2).
 
 use crate::cli::{BranchCmd, Cli, Command, InitArgs, ProjectCmd};
-use crate::ctx::{default_store_path, Ctx};
+use crate::ctx::{default_store_path, sdk, Ctx, RemoteOpts};
 use crate::output::{commit_json, commit_text, human_bytes, lossy, warn};
 use crate::progress::Bar;
+use crate::sandbox::SandboxCmd;
 use anyhow::Result;
 use serde_json::json;
 use std::path::Path;
 use std::process::ExitCode;
 use strata_store::{BranchRef, SnapshotReport, Store, StoreError, StoreOptions};
+
+/// Why a command cannot run through a server, or `None` if it can.
+fn local_only(cmd: &Command) -> Option<&'static str> {
+    Some(match cmd {
+        Command::Project(ProjectCmd::Create { from: None, .. })
+        | Command::Project(ProjectCmd::List)
+        | Command::Branch(_)
+        | Command::Log { .. }
+        | Command::Diff { .. }
+        | Command::Ls { .. }
+        | Command::Cat { .. }
+        | Command::Sandbox(
+            SandboxCmd::Create(_)
+            | SandboxCmd::List { .. }
+            | SandboxCmd::Inspect { .. }
+            | SandboxCmd::Logs { .. }
+            | SandboxCmd::Restart { .. }
+            | SandboxCmd::Rm { .. },
+        ) => return None,
+        Command::Project(ProjectCmd::Create { from: Some(_), .. }) | Command::Snapshot { .. } => {
+            "it reads a directory of this host; create the project, then commit files through the API (docs/server.md, change sets and tar import)"
+        }
+        Command::Export { .. } => {
+            "it writes a directory of this host; fetch the tar (GET /v1/projects/P/tar) instead"
+        }
+        Command::Init(_) | Command::Stats | Command::Fsck | Command::Gc => {
+            "the server has no route for Store maintenance; run it on the server's host"
+        }
+        Command::Demo => "the demo makes its own temporary Store",
+        Command::Run(_) => "`strata run` runs a command on this host",
+        Command::Mount(_) => "`strata mount` mounts on this host",
+        Command::Serve(_) | Command::Token(_) => "it manages the server itself, on its host",
+        Command::Probe(_) => "it probes this host",
+        Command::Mcp(_) => {
+            "`strata mcp` serves this host's Store; run it on the server's host (its HTTP form takes the server's tokens, docs/mcp.md)"
+        }
+        Command::Completions { .. } => "it prints a script and needs no Store",
+        Command::Ws(_)
+        | Command::Sandbox(SandboxCmd::Mount(_))
+        | Command::Exec(_)
+        | Command::ExecLogs(_)
+        | Command::ExecWait(_)
+        | Command::ExecCancel(_) => {
+            "Workspaces and execs go through a server from the SDK (strata_sdk::Client) or the API, not this command line yet"
+        }
+    })
+}
+
+fn command_name(cmd: &Command) -> String {
+    let dbg = format!("{cmd:?}");
+    let head: String = dbg.chars().take_while(|c| c.is_alphanumeric()).collect();
+    head.to_lowercase()
+}
 
 /// Run one parsed command line; the exit code is for outcomes that are not
 /// errors but still failures (fsck finding problems, a failed demo check).
@@ -19,7 +75,24 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         json: cli.json,
         store_path: cli.store.or_else(default_store_path),
         allow_any_fs: cli.allow_any_fs,
+        remote: cli.remote.map(|url| RemoteOpts {
+            url,
+            token_file: cli.token_file,
+            fingerprint: cli.remote_fingerprint,
+        }),
     };
+    if ctx.remote.is_some() {
+        if let Some(why) = local_only(&cli.command) {
+            return Err(crate::args::Usage {
+                kind: clap::error::ErrorKind::ArgumentConflict,
+                msg: format!(
+                    "`strata {}` cannot run through a server (--remote, STRATA_REMOTE): {why}",
+                    command_name(&cli.command)
+                ),
+            }
+            .into());
+        }
+    }
     match cli.command {
         Command::Init(a) => init(&ctx, &a)?,
         Command::Project(ProjectCmd::Create {
@@ -150,10 +223,10 @@ fn project_create(
     message: Option<String>,
 ) -> Result<()> {
     strata_store::validate_name("project", name)?;
-    let store = ctx.open()?;
     let branch = format!("{name}/main");
     match from {
         Some(dir) => {
+            let store = ctx.open()?;
             let msg = message.unwrap_or_else(|| format!("import {}", dir.display()));
             let bar = Bar::stderr();
             let r = store.create_project_from(name, dir, &msg, &bar)?;
@@ -169,9 +242,9 @@ fn project_create(
         }
         None => {
             let msg = message.unwrap_or_else(|| format!("create project {name}"));
-            let id = store.create_project(name, &msg)?;
+            let id = sdk(ctx, |c| async move { c.create_project(name, &msg).await })?;
             ctx.emit(
-                json!({"commit": id.to_hex(), "project": name, "branch": branch}),
+                json!({"commit": id, "project": name, "branch": branch}),
                 || format!("Created project {name}; {branch} is at {id}"),
             )
         }
@@ -179,16 +252,16 @@ fn project_create(
 }
 
 fn project_list(ctx: &Ctx) -> Result<()> {
-    let store = ctx.open()?;
-    let projects = store.list_projects()?;
-    let branches = store.list_branches(None)?;
+    let (projects, branches) = sdk(ctx, |c| async move {
+        Ok((c.projects().await?, c.branches(None).await?))
+    })?;
     let rows: Vec<(String, Vec<String>)> = projects
         .into_iter()
         .map(|p| {
             let bs = branches
                 .iter()
-                .filter(|(b, _)| b.project == p)
-                .map(|(b, _)| b.branch.clone())
+                .filter(|b| b.project == p)
+                .map(|b| b.name.clone())
                 .collect();
             (p, bs)
         })
@@ -208,14 +281,15 @@ fn project_list(ctx: &Ctx) -> Result<()> {
 
 fn branch_create(ctx: &Ctx, branch: &str, from: Option<&str>) -> Result<()> {
     let b = BranchRef::parse(branch)?;
-    let store = ctx.open()?;
     let from = from
         .map(str::to_string)
         .unwrap_or_else(|| format!("{}/main", b.project));
-    let at = store.resolve(&from)?.commit;
-    store.create_branch(&b, at)?;
+    let at = sdk(ctx, |c| {
+        let from = from.clone();
+        async move { c.fork(&from, branch).await }
+    })?;
     ctx.emit(
-        json!({"branch": b.to_string(), "commit": at.to_hex(), "from": from}),
+        json!({"branch": b.to_string(), "commit": at, "from": from}),
         || format!("Created branch {b} at {at} (from {from})"),
     )
 }
@@ -224,21 +298,20 @@ fn branch_list(ctx: &Ctx, project: Option<&str>) -> Result<()> {
     if let Some(p) = project {
         strata_store::validate_name("project", p)?;
     }
-    let store = ctx.open()?;
-    let list = store.list_branches(project)?;
+    let list = sdk(ctx, |c| async move { c.branches(project).await })?;
     ctx.emit(
         json!(list
             .iter()
-            .map(|(b, head)| json!({
-                "branch": b.to_string(),
+            .map(|b| json!({
+                "branch": format!("{}/{}", b.project, b.name),
                 "project": b.project,
-                "name": b.branch,
-                "head": head.to_hex(),
+                "name": b.name,
+                "head": b.head,
             }))
             .collect::<Vec<_>>()),
         || {
             list.iter()
-                .map(|(b, head)| format!("{b}\t{head}\n"))
+                .map(|b| format!("{}/{}\t{}\n", b.project, b.name, b.head))
                 .collect()
         },
     )
@@ -246,13 +319,10 @@ fn branch_list(ctx: &Ctx, project: Option<&str>) -> Result<()> {
 
 fn branch_delete(ctx: &Ctx, branch: &str) -> Result<()> {
     let b = BranchRef::parse(branch)?;
-    let store = ctx.open()?;
-    let head = store.branch_head(&b)?;
-    store.delete_branch(&b)?;
-    ctx.emit(
-        json!({"deleted": b.to_string(), "head": head.to_hex()}),
-        || format!("Deleted branch {b} (was at {head}; its commits stay until `strata gc`)"),
-    )
+    let head = sdk(ctx, |c| async move { c.delete_branch(branch).await })?;
+    ctx.emit(json!({"deleted": b.to_string(), "head": head}), || {
+        format!("Deleted branch {b} (was at {head}; its commits stay until `strata gc`)")
+    })
 }
 
 fn snapshot(ctx: &Ctx, branch: &str, dir: &Path, message: Option<String>) -> Result<()> {
@@ -269,18 +339,13 @@ fn snapshot(ctx: &Ctx, branch: &str, dir: &Path, message: Option<String>) -> Res
 }
 
 fn log(ctx: &Ctx, reference: &str, max: Option<usize>) -> Result<()> {
-    let store = ctx.open()?;
-    let at = store.resolve(reference)?.commit;
-    let commits = store.log(at, max.unwrap_or(usize::MAX))?;
+    let commits = sdk(ctx, |c| async move { c.log(reference, max).await })?;
     ctx.emit(
-        json!(commits
-            .iter()
-            .map(|(id, c)| commit_json(*id, c))
-            .collect::<Vec<_>>()),
+        json!(commits.iter().map(commit_json).collect::<Vec<_>>()),
         || {
             commits
                 .iter()
-                .map(|(id, c)| commit_text(*id, c))
+                .map(commit_text)
                 .collect::<Vec<_>>()
                 .join("\n")
         },
@@ -288,30 +353,28 @@ fn log(ctx: &Ctx, reference: &str, max: Option<usize>) -> Result<()> {
 }
 
 fn diff(ctx: &Ctx, from: &str, to: &str) -> Result<()> {
-    let store = ctx.open()?;
-    let a = store.resolve(from)?.commit;
-    let b = store.resolve(to)?.commit;
-    let changes = store.diff(a, b)?;
-    let items: Vec<serde_json::Value> = changes
+    let d = sdk(ctx, |c| async move { c.diff(from, to).await })?;
+    let items: Vec<serde_json::Value> = d
+        .changes
         .iter()
         .map(|c| {
             let mut m = serde_json::Map::new();
             crate::output::put_bytes(&mut m, "path", &c.path);
-            m.insert("change".into(), json!(c.kind.as_str()));
+            m.insert("change".into(), json!(c.kind));
             serde_json::Value::Object(m)
         })
         .collect();
     ctx.emit(
-        json!({"from": a.to_hex(), "to": b.to_hex(), "changes": items}),
+        json!({"from": d.from, "to": d.to, "changes": items}),
         || {
-            changes
+            d.changes
                 .iter()
                 .map(|c| {
-                    let tag = match c.kind {
-                        strata_store::ChangeKind::Added => "A",
-                        strata_store::ChangeKind::Modified => "M",
-                        strata_store::ChangeKind::Deleted => "D",
-                        strata_store::ChangeKind::TypeChanged => "T",
+                    let tag = match c.kind.as_str() {
+                        "added" => "A",
+                        "modified" => "M",
+                        "deleted" => "D",
+                        _ => "T",
                     };
                     let tag = crate::output::paint_change(tag);
                     format!("{tag}\t{}\n", lossy(&c.path))

@@ -11,11 +11,23 @@ use strata_store::{Store, StoreOptions};
 /// Environment variable naming the Sandbox state root.
 pub const STATE_ENV: &str = "STRATA_SANDBOX_STATE";
 
-/// What every command needs: where the Store is and how to print.
+/// Environment variable holding the server token of `--remote`.
+pub const TOKEN_ENV: &str = "STRATA_TOKEN";
+
+/// Where `--remote` sends commands.
+pub struct RemoteOpts {
+    pub url: String,
+    pub token_file: Option<PathBuf>,
+    pub fingerprint: Option<String>,
+}
+
+/// What every command needs: where the Store is (or the server) and how
+/// to print.
 pub struct Ctx {
     pub json: bool,
     pub store_path: Option<PathBuf>,
     pub allow_any_fs: bool,
+    pub remote: Option<RemoteOpts>,
 }
 
 impl Ctx {
@@ -37,6 +49,30 @@ impl Ctx {
 
     pub fn open(&self) -> Result<Store> {
         Ok(Store::open(self.store_path()?, &self.options())?)
+    }
+
+    /// The SDK client the remotable commands go through: the server of
+    /// `--remote`, else the local Store (one code path for both).
+    pub async fn client(&self) -> Result<strata_sdk::Client> {
+        let Some(r) = &self.remote else {
+            let opts = self.options();
+            return Ok(strata_sdk::Client::local_with(self.store_path()?, opts).await?);
+        };
+        let token = match &r.token_file {
+            Some(f) => std::fs::read_to_string(f)
+                .map_err(|e| anyhow!("could not read the token file {}: {e}", f.display()))?,
+            None => std::env::var(TOKEN_ENV).map_err(|_| {
+                anyhow!(
+                    "--remote needs the server's token: set {TOKEN_ENV} or pass --token-file FILE \
+                     (create one with `strata token create` on the server's host)"
+                )
+            })?,
+        };
+        Ok(strata_sdk::Client::connect_with(
+            &r.url,
+            token.trim(),
+            r.fingerprint.as_deref(),
+        )?)
     }
 
     /// Print `v` as JSON, or `text` for humans.
@@ -83,4 +119,17 @@ pub fn state_dir() -> Option<PathBuf> {
 /// Open Sandbox `id` under [`state_dir`].
 pub async fn open(id: &str) -> Result<Sandbox> {
     Ok(Sandbox::open_in(id, state_dir()).await?)
+}
+
+/// Run `f` on the command's SDK client (the server of `--remote`, else
+/// the local Store) on a fresh runtime.
+pub fn sdk<'a, T, F, Fut>(ctx: &'a Ctx, f: F) -> Result<T>
+where
+    F: FnOnce(strata_sdk::Client) -> Fut,
+    Fut: std::future::Future<Output = strata_sdk::Result<T>> + 'a,
+{
+    crate::ctx::runtime()?.block_on(async {
+        let c = ctx.client().await?;
+        Ok(f(c).await?)
+    })
 }

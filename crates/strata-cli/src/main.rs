@@ -47,16 +47,30 @@ fn main() -> ExitCode {
             cli::Cli::command().error(u.kind, &u.msg).exit()
         }
         Err(e) => {
-            eprintln!("strata: error: {}", output::render(&e));
+            eprintln!("strata: error: {}", render(&e));
             ExitCode::from(exit_code(&e))
         }
+    }
+}
+
+/// The Store's error where the SDK client wraps one (the commands that go
+/// through `strata_sdk::Client`): its message is written to be shown as
+/// it is, the same whether the Store is local or behind a server.
+fn store_error(e: &anyhow::Error) -> Option<&StoreError> {
+    e.chain().find_map(|c| c.downcast_ref::<StoreError>())
+}
+
+fn render(e: &anyhow::Error) -> String {
+    match (e.downcast_ref::<strata_sdk::Error>(), store_error(e)) {
+        (Some(_), Some(s)) => output::render(&anyhow::Error::msg(s.to_string())),
+        _ => output::render(e),
     }
 }
 
 /// An argument that can never be right, whatever the Store holds, is a
 /// usage error (2); everything else that fails is 1.
 fn exit_code(e: &anyhow::Error) -> u8 {
-    match e.downcast_ref::<StoreError>() {
+    match store_error(e) {
         Some(StoreError::InvalidName { .. }) => USAGE,
         _ => 1,
     }

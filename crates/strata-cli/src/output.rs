@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::io::Write;
-use strata_store::{Commit, EntryKind, ObjectId, TreeEntry};
+use strata_sdk::{CommitInfo, Entry};
 
 /// Print a JSON value on stdout, one document, newline-terminated.
 pub fn print_json(v: &Value) -> Result<()> {
@@ -48,47 +48,48 @@ pub fn hex(b: &[u8]) -> String {
 }
 
 /// One tree entry as JSON.
-pub fn entry_json(e: &TreeEntry) -> Value {
+pub fn entry_json(e: &Entry) -> Value {
     let mut m = serde_json::Map::new();
     put_bytes(&mut m, "name", &e.name);
-    m.insert("type".into(), json!(e.kind.type_name()));
+    m.insert("type".into(), json!(e.kind));
     m.insert("mode".into(), json!(format!("{:04o}", e.mode)));
-    m.insert("size".into(), json!(e.size()));
+    m.insert("size".into(), json!(e.size));
     m.insert("uid".into(), json!(e.uid));
     m.insert("gid".into(), json!(e.gid));
     m.insert("mtime_ns".into(), json!(e.mtime_ns));
-    if let EntryKind::Symlink(t) = &e.kind {
+    if let Some(t) = &e.target {
         put_bytes(&mut m, "target", t);
     }
     if e.link_group != 0 {
         m.insert("link_group".into(), json!(e.link_group));
     }
     if !e.xattrs.is_empty() {
-        let names: Vec<String> = e.xattrs.iter().map(|(k, _)| lossy(k)).collect();
+        let names: Vec<String> = e.xattrs.iter().map(|k| lossy(k)).collect();
         m.insert("xattrs".into(), json!(names));
     }
     Value::Object(m)
 }
 
 /// One tree entry as an `ls -l`-like line.
-pub fn entry_line(e: &TreeEntry) -> String {
-    let t = match e.kind {
-        EntryKind::File(_) => '-',
-        EntryKind::Dir(_) => 'd',
-        EntryKind::Symlink(_) => 'l',
-        EntryKind::Fifo => 'p',
-        EntryKind::Socket => 's',
+pub fn entry_line(e: &Entry) -> String {
+    let t = match e.kind.as_str() {
+        "file" => '-',
+        "dir" => 'd',
+        "symlink" => 'l',
+        "fifo" => 'p',
+        "socket" => 's',
+        _ => '?',
     };
     let mut line = format!(
         "{t}{} {:>5} {:>5} {:>10} {} {}",
         mode_string(e.mode),
         e.uid,
         e.gid,
-        e.size(),
+        e.size,
         fmt_time(e.mtime_ns),
         lossy(&e.name)
     );
-    if let EntryKind::Symlink(target) = &e.kind {
+    if let Some(target) = &e.target {
         line.push_str(" -> ");
         line.push_str(&lossy(target));
     }
@@ -114,11 +115,11 @@ pub fn mode_string(mode: u32) -> String {
 }
 
 /// One commit as JSON.
-pub fn commit_json(id: ObjectId, c: &Commit) -> Value {
+pub fn commit_json(c: &CommitInfo) -> Value {
     json!({
-        "commit": id.to_hex(),
-        "tree": c.tree.to_hex(),
-        "parents": c.parents.iter().map(|p| p.to_hex()).collect::<Vec<_>>(),
+        "commit": c.id,
+        "tree": c.tree,
+        "parents": c.parents,
         "message": c.message,
         "time_ns": c.time_ns,
         "time": fmt_time(c.time_ns),
@@ -129,10 +130,11 @@ pub fn commit_json(id: ObjectId, c: &Commit) -> Value {
 }
 
 /// One commit as a few lines of text.
-pub fn commit_text(id: ObjectId, c: &Commit) -> String {
-    let mut s = format!("commit {id}\nDate:   {}\n", fmt_time(c.time_ns));
+pub fn commit_text(c: &CommitInfo) -> String {
+    let mut s = format!("commit {}\nDate:   {}\n", c.id, fmt_time(c.time_ns));
     if c.parents.len() > 1 {
-        let ps: Vec<String> = c.parents.iter().map(|p| p.short()).collect();
+        // The short form of an id: its first 6 bytes.
+        let ps: Vec<&str> = c.parents.iter().map(|p| &p[..p.len().min(12)]).collect();
         s.push_str(&format!("Merge:  {}\n", ps.join(" ")));
     }
     s.push('\n');

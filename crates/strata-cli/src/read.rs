@@ -1,6 +1,7 @@
-//! Reading a commit without a Workspace: ls, cat and export.
+//! Reading a commit without a Workspace: ls, cat (through the SDK client,
+//! so also with `--remote`) and export.
 
-use crate::ctx::Ctx;
+use crate::ctx::{sdk, Ctx};
 use crate::output::{entry_json, entry_line, lossy, print_json};
 use crate::progress::Bar;
 use anyhow::{anyhow, Result};
@@ -9,29 +10,19 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use strata_store::{EntryKind, ExportOptions, ObjectId, Store, TreeEntry};
+use strata_store::ExportOptions;
 
-/// The entry at `path` in the commit `reference` names, or a clear error.
-fn entry_at(store: &Store, reference: &str, path: &[u8]) -> Result<(ObjectId, TreeEntry)> {
-    let commit = store.resolve(reference)?.commit;
-    match store.read_path(commit, path)? {
-        Some(e) => Ok((commit, e)),
-        None => Err(anyhow!(
-            "no such path {:?} in {reference} (commit {}). List what is there with `strata ls {reference}`",
-            lossy(path),
-            commit.short()
-        )),
-    }
+fn no_such_path(reference: &str, path: &[u8]) -> anyhow::Error {
+    anyhow!(
+        "no such path {:?} in {reference}. List what is there with `strata ls {reference}`",
+        lossy(path)
+    )
 }
 
 pub fn ls(ctx: &Ctx, reference: &str, path: Option<&OsStr>) -> Result<()> {
-    let store = ctx.open()?;
     let path = path.map(|p| p.as_bytes()).unwrap_or(b"");
-    let (_, entry) = entry_at(&store, reference, path)?;
-    let entries = match entry.kind {
-        EntryKind::Dir(t) => store.list_tree(t)?,
-        _ => vec![entry],
-    };
+    let entries = sdk(ctx, |c| async move { c.ls(reference, path).await })?
+        .ok_or_else(|| no_such_path(reference, path))?;
     ctx.emit(
         json!(entries.iter().map(entry_json).collect::<Vec<_>>()),
         || entries.iter().map(|e| entry_line(e) + "\n").collect(),
@@ -39,52 +30,53 @@ pub fn ls(ctx: &Ctx, reference: &str, path: Option<&OsStr>) -> Result<()> {
 }
 
 pub fn cat(ctx: &Ctx, reference: &str, path: &OsStr) -> Result<()> {
-    let store = ctx.open()?;
     let p = path.as_bytes();
-    let (_, entry) = entry_at(&store, reference, p)?;
-    let content = match &entry.kind {
-        EntryKind::File(c) => c.clone(),
-        EntryKind::Dir(_) => {
+    let rt = crate::ctx::runtime()?;
+    let client = rt.block_on(ctx.client())?;
+    let entry = rt
+        .block_on(client.stat(reference, p))?
+        .ok_or_else(|| no_such_path(reference, p))?;
+    match entry.kind.as_str() {
+        "file" => {}
+        "dir" => {
             return Err(anyhow!(
                 "{:?} in {reference} is a directory; list it with `strata ls {reference} {}`",
                 lossy(p),
                 lossy(p)
             ))
         }
-        EntryKind::Symlink(t) => {
+        "symlink" => {
             return Err(anyhow!(
                 "{:?} in {reference} is a symlink to {:?}; strata never follows symlinks, cat the target instead",
                 lossy(p),
-                lossy(t)
+                lossy(entry.target.as_deref().unwrap_or_default())
             ))
         }
         other => {
             return Err(anyhow!(
-                "{:?} in {reference} is a {}, which has no content",
+                "{:?} in {reference} is a {other}, which has no content",
                 lossy(p),
-                other.type_name()
             ))
         }
     };
     if ctx.json {
-        let mut bytes = Vec::new();
-        store.read_to(&content, &mut bytes)?;
+        let bytes = rt.block_on(client.read_file(reference, p))?;
         let (encoding, text) = match String::from_utf8(bytes) {
             Ok(s) => ("utf8", s),
             Err(e) => ("hex", crate::output::hex(e.as_bytes())),
         };
         return print_json(&json!({
             "path": lossy(p),
-            "size": content.size,
+            "size": entry.size,
             "encoding": encoding,
             "content": text,
         }));
     }
-    // Stream chunk by chunk: memory stays at one chunk whatever the file
-    // size, and the manifest is walked as it is read (bounded by the
-    // file's declared size, see `Store::read_to`).
+    // Stream piece by piece: memory stays at one chunk whatever the file
+    // size (the Store walks the manifest as it reads, bounded by the
+    // file's declared size; the server streams its body).
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    store.read_to(&content, &mut out)?;
+    rt.block_on(client.read_file_to(reference, p, &mut out))?;
     out.flush()?;
     Ok(())
 }

@@ -11,13 +11,13 @@
 //!   (`Sandbox::find_workspace`, `Sandbox::find_exec`).
 
 use crate::args::{BackendArg, NetworkArg};
-use crate::ctx::{open, runtime, state_dir, Ctx};
+use crate::ctx::{runtime, state_dir, Ctx};
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use strata_sdk::{Limits, Network, Sandbox, SandboxFilter, SandboxSpec, Workspace};
+use strata_sdk::{Limits, Network, SandboxFilter, SandboxSpec, Workspace};
 
 #[derive(Debug, Subcommand)]
 pub enum SandboxCmd {
@@ -160,6 +160,17 @@ pub fn sandbox(ctx: &Ctx, cmd: SandboxCmd) -> Result<ExitCode> {
 }
 
 async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
+    // The SDK client: in-process under STRATA_SANDBOX_STATE, or the
+    // server of --remote (the same calls).
+    let client = ctx.client().await?;
+    let client = match state_dir() {
+        Some(d) if ctx.remote.is_none() => client.with_sandbox_state(d),
+        _ => client,
+    };
+    let open = |id: &str| {
+        let (client, id) = (client.clone(), id.to_string());
+        async move { client.sandbox(&id).await }
+    };
     match cmd {
         SandboxCmd::Create(a) => {
             let mut spec = SandboxSpec::new(ctx.store_path()?);
@@ -188,20 +199,18 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 // clap requires --image with --backend docker.
                 (BackendArg::Docker, image) => image,
             };
-            spec.state_dir = state_dir();
             spec.expose = a.expose;
-            let sb = Sandbox::create(spec).await?;
+            let sb = client.create_sandbox(spec).await?;
             let id = sb.id().to_string();
             ctx.emit(json!({"sandbox": id}), || id.clone())
         }
         SandboxCmd::List { labels, prefix } => {
             let mut f = SandboxFilter {
                 name_prefix: prefix,
-                state_dir: state_dir(),
                 ..Default::default()
             };
             f.labels.extend(labels);
-            let list = Sandbox::list(f).await?;
+            let list = client.sandboxes(f).await?;
             ctx.emit(
                 json!(list.iter().map(info_json).collect::<Vec<_>>()),
                 || {

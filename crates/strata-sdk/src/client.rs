@@ -1,6 +1,12 @@
-//! The daemon client: HTTP/1.1 over the Sandbox's Unix socket with its
-//! bearer token (hyper). One connection per request (a Unix-socket connect
-//! plus handshake costs tens of microseconds), so a long output stream never
+//! The daemon client: the daemon's API (`/v1/X`, crates/strata-daemon's
+//! `api.rs`) over one of two transports. Direct: HTTP/1.1 over the
+//! Sandbox's Unix socket with its bearer token (hyper). Through a server:
+//! `strata serve` relays every daemon route of a Sandbox as
+//! `/v1/sandboxes/{id}/X` with the same bodies (docs/server.md), reached
+//! with the server's URL and token ([`Remote`]). Workspaces and execs
+//! (workspace.rs, exec.rs) speak only this client, so they work the same
+//! either way. One connection per request (a Unix-socket connect plus
+//! handshake costs tens of microseconds), so a long output stream never
 //! blocks other calls.
 
 use std::path::PathBuf;
@@ -15,12 +21,21 @@ use serde::Serialize;
 use strata_daemon::api::{ErrorBody, ErrorCode};
 
 use crate::error::{Error, Result};
+use crate::remote::Remote;
+
+/// How requests reach the daemon.
+#[derive(Clone)]
+enum Via {
+    /// Its Unix socket, with its own token.
+    Socket { socket: PathBuf, token: String },
+    /// `strata serve`'s relay: `/v1/X` is sent as `{prefix}/X`.
+    Server { remote: Remote, prefix: String },
+}
 
 /// A client of one daemon.
 #[derive(Clone)]
 pub struct DaemonClient {
-    socket: PathBuf,
-    token: String,
+    via: Via,
     /// For messages ("sandbox sb-…").
     label: String,
     /// Log file to tail into `Error::Backend` (host path).
@@ -30,10 +45,12 @@ pub struct DaemonClient {
 impl std::fmt::Debug for DaemonClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // Never print the token.
-        f.debug_struct("DaemonClient")
-            .field("socket", &self.socket)
-            .field("label", &self.label)
-            .finish()
+        let mut d = f.debug_struct("DaemonClient");
+        match &self.via {
+            Via::Socket { socket, .. } => d.field("socket", socket),
+            Via::Server { remote, prefix } => d.field("server", remote).field("prefix", prefix),
+        };
+        d.field("label", &self.label).finish()
     }
 }
 
@@ -42,10 +59,30 @@ impl DaemonClient {
     /// `token` (64 hex digits).
     pub fn new(socket: PathBuf, token: String, label: String, log_file: Option<PathBuf>) -> Self {
         DaemonClient {
-            socket,
-            token,
+            via: Via::Socket { socket, token },
             label,
             log_file,
+        }
+    }
+
+    /// A client for the daemon of Sandbox `sandbox_id` through the server
+    /// `remote` (its relay, `/v1/sandboxes/{id}/X`).
+    pub fn through_server(remote: Remote, sandbox_id: &str) -> Self {
+        DaemonClient {
+            via: Via::Server {
+                remote,
+                prefix: format!("/v1/sandboxes/{sandbox_id}"),
+            },
+            label: format!("sandbox {sandbox_id}"),
+            log_file: None,
+        }
+    }
+
+    /// The server this client goes through, if any.
+    pub(crate) fn remote(&self) -> Option<&Remote> {
+        match &self.via {
+            Via::Server { remote, .. } => Some(remote),
+            Via::Socket { .. } => None,
         }
     }
 
@@ -55,6 +92,10 @@ impl DaemonClient {
         match &self.log_file {
             Some(p) => strata_daemon::tail_file(p, lines)
                 .unwrap_or_else(|e| format!("(log {}: {e})", p.display())),
+            None if self.remote().is_some() => {
+                "(the daemon's log is on the server's host: Sandbox::logs, `strata sandbox logs`)"
+                    .into()
+            }
             None => "(no log file known)".into(),
         }
     }
@@ -79,14 +120,30 @@ impl DaemonClient {
         content_type: &str,
         range: Option<&str>,
     ) -> Result<Response<Incoming>> {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
+        let (socket, token) = match &self.via {
+            Via::Socket { socket, token } => (socket, token),
+            Via::Server { remote, prefix } => {
+                let rest = path.strip_prefix("/v1").unwrap_or(path);
+                let headers: Vec<(&str, &str)> = range.map(|r| ("range", r)).into_iter().collect();
+                return remote
+                    .send(
+                        method,
+                        &format!("{prefix}{rest}"),
+                        body,
+                        content_type,
+                        &headers,
+                    )
+                    .await;
+            }
+        };
+        let stream = tokio::net::UnixStream::connect(socket)
             .await
             .map_err(|e| {
                 Error::backend(
                     format!(
                         "{}: cannot connect to the daemon socket {}: {e} (is the Sandbox running? reopen it with Sandbox::open to see its state)",
                         self.label,
-                        self.socket.display()
+                        socket.display()
                     ),
                     self.log_tail(20),
                 )
@@ -105,10 +162,7 @@ impl DaemonClient {
             .method(method)
             .uri(path)
             .header(hyper::header::HOST, "strata-daemon")
-            .header(
-                hyper::header::AUTHORIZATION,
-                format!("Bearer {}", self.token),
-            )
+            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
             .header(hyper::header::CONTENT_TYPE, content_type)
             .body(Full::new(body))
             .map_err(|e| self.proto(format!("building the request: {e}")))?;
@@ -118,7 +172,7 @@ impl DaemonClient {
             .map_err(|e| self.proto(format!("{path}: {e}")))?;
         if resp.status() == StatusCode::UNAUTHORIZED {
             return Err(Error::Unauthorized {
-                what: self.label.clone(),
+                what: format!("the daemon of {} refused our token (401)", self.label),
                 hint: "the token file of this Sandbox does not match its daemon; close and re-create the Sandbox".into(),
             });
         }

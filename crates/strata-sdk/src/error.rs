@@ -57,10 +57,13 @@ pub enum Error {
         source: Option<Source>,
     },
 
-    /// The daemon refused the bearer token.
-    #[error("the daemon of {what} refused our token (401). {hint}")]
+    /// The daemon or the server refused the bearer token (401), or the
+    /// server refused it this request (403, a token scoped to other
+    /// projects).
+    #[error("{what}. {hint}")]
     Unauthorized {
-        /// Which Sandbox/daemon.
+        /// Who refused what (`the daemon of sandbox sb-… refused our
+        /// token (401)`).
         what: String,
         /// What to do.
         hint: String,
@@ -105,6 +108,17 @@ pub enum Error {
         errno: Option<i32>,
         /// Its name, e.g. `ENOENT`.
         errno_name: Option<String>,
+    },
+
+    /// The server (`strata serve`) could not be reached or did not answer
+    /// as one: connection refused, TLS refused (e.g. a certificate that is
+    /// not the pinned one), a response that is not the API's.
+    #[error("{what}. {hint}")]
+    Unreachable {
+        /// What failed, with the server's URL.
+        what: String,
+        /// What to do.
+        hint: String,
     },
 
     /// A local I/O error (state directory, socket).
@@ -175,6 +189,7 @@ impl Error {
             | Error::InvalidInput { source, .. }
             | Error::Backend { source, .. } => *source = Some(cause.into()),
             Error::Unauthorized { .. }
+            | Error::Unreachable { .. }
             | Error::ExecFailed { .. }
             | Error::Io { .. }
             | Error::Store(_) => {}

@@ -1,5 +1,11 @@
 //! strata-sdk: the one public Rust API of strata (async, tokio).
 //!
+//! * [`Client`]: one surface, two transports: [`Client::local`] (the
+//!   Store in this process, S1) or [`Client::connect`] (a `strata serve`
+//!   over its Unix socket, loopback TCP or TLS with a pinned certificate,
+//!   docs/server.md): projects, branches, log, diff, ls, stat, read a
+//!   file, change sets and tar import/export through a server, and
+//!   Sandboxes, whose Workspaces and execs are the same API either way.
 //! * [`Store`]: Store calls in this process (S1): create/open, projects,
 //!   fork a branch, read a file of a commit, log, diff.
 //! * [`Sandbox`]: create (B1–B6), open by exact ID (B8), list (B10), logs
@@ -49,23 +55,31 @@
 
 pub mod check;
 pub mod client;
+mod connect;
 mod error;
 pub mod exec;
 pub mod host;
 pub mod probe;
+mod records;
+pub mod remote;
 pub mod sandbox;
+mod sandbox_remote;
 mod store;
 mod workspace;
 pub mod workspaces;
 
 pub use client::DaemonClient;
+pub use connect::{BranchInfo, Client, CommitInfo, Diff, Entry};
 pub use error::{Error, Result, Source};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
+pub use remote::Remote;
 pub use sandbox::{
     Expose, Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState,
     DEFAULT_MOUNT,
 };
 pub use store::Store;
+/// The wire types of `strata serve` (change sets for [`Client::commit_changes`]).
+pub use strata_api as wire;
 pub use strata_daemon::api::{FileEntry, FileKind};
 pub use workspace::{Change, CommitOutcome, Workspace};
 

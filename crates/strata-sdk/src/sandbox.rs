@@ -34,6 +34,7 @@ use strata_sandbox::{BackendKind, NativeBackend};
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 use crate::exec::ExecHandle;
+use crate::remote::Remote;
 use crate::workspace::Workspace;
 
 pub use strata_sandbox::backend::SandboxInfo;
@@ -86,6 +87,10 @@ pub struct SandboxSpec {
     pub state_dir: Option<PathBuf>,
     /// How long to wait for the daemon's marker (default 10 s).
     pub startup_timeout: Duration,
+    /// Through a server ([`crate::Client::create_sandbox`]): the project
+    /// whose branches the Sandbox mounts (required for a token scoped to
+    /// projects). Not used in-process.
+    pub project: Option<String>,
     /// Run on the docker backend (strata-docker) with this image (a local
     /// image, `NAME:TAG` or `NAME@sha256:…`, pinned to its ID at create)
     /// instead of the native one. The daemon uploaded is `daemon_exe`, else
@@ -119,6 +124,7 @@ impl SandboxSpec {
             startup_timeout: Duration::from_secs(10),
             docker_image: None,
             expose: Vec::new(),
+            project: None,
         }
     }
     /// Show the host path `path` to commands, read-only (`writable`:
@@ -166,9 +172,18 @@ pub enum SandboxState {
 /// ID); [`Sandbox::close`] ends it.
 #[derive(Debug)]
 pub struct Sandbox {
-    backend: AnyBackend,
-    info: SandboxInfo,
-    client: DaemonClient,
+    pub(crate) place: Place,
+    pub(crate) info: SandboxInfo,
+    pub(crate) client: DaemonClient,
+}
+
+/// Where a Sandbox is driven from.
+#[derive(Debug, Clone)]
+pub(crate) enum Place {
+    /// Its backend, in this process.
+    Local(AnyBackend),
+    /// A server's Sandbox routes (`sandbox_remote.rs`).
+    Remote(Remote),
 }
 
 fn backend_error(e: BackendError) -> Error {
@@ -215,7 +230,7 @@ fn backend_error(e: BackendError) -> Error {
 
 /// The backend a Sandbox lives on.
 #[derive(Debug, Clone)]
-enum AnyBackend {
+pub(crate) enum AnyBackend {
     Native(NativeBackend),
     Docker(DockerBackend),
 }
@@ -312,7 +327,7 @@ impl Sandbox {
             Some(info.log_file.clone()),
         );
         Ok(Sandbox {
-            backend,
+            place: Place::Local(backend),
             info,
             client,
         })
@@ -369,7 +384,11 @@ impl Sandbox {
 
     /// Running (the backend says so and the daemon answers) or stopped.
     pub async fn state(&self) -> SandboxState {
-        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let b = match &self.place {
+            Place::Local(b) => b.clone(),
+            Place::Remote(r) => return crate::sandbox_remote::state(r, self).await,
+        };
+        let id = self.info.id.clone();
         let st = blocking(move || b.get().open(&id).map_err(backend_error)).await;
         match st {
             Ok(i) if i.state == State::Running => match self.health().await {
@@ -401,6 +420,13 @@ impl Sandbox {
     /// [`Error::Backend`] with its log tail, and the Sandbox stays stopped
     /// (restart may be tried again).
     pub async fn restart(&mut self) -> Result<()> {
+        let backend = match &self.place {
+            Place::Local(b) => b.clone(),
+            Place::Remote(r) => {
+                *self = crate::sandbox_remote::restart(r, self.id()).await?;
+                return Ok(());
+            }
+        };
         // A caller sees the daemon's death at once (its socket refuses);
         // the backend sees it when the Sandbox's init has reaped it and
         // the monitor has cleaned up and reported, a moment later. Wait,
@@ -408,7 +434,7 @@ impl Sandbox {
         // a Sandbox that is going down.
         let t0 = std::time::Instant::now();
         loop {
-            let (b, id) = (self.backend.clone(), self.info.id.clone());
+            let (b, id) = (backend.clone(), self.info.id.clone());
             let st = blocking(move || b.get().open(&id).map_err(backend_error)).await?;
             if st.state != State::Running || self.health().await.is_ok() {
                 break;
@@ -424,7 +450,7 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let (b, id) = (backend.clone(), self.info.id.clone());
         let info = blocking(move || {
             b.get()
                 .restart(&id, RESTART_TIMEOUT)
@@ -432,7 +458,7 @@ impl Sandbox {
             b.get().open(&id).map_err(backend_error)
         })
         .await?;
-        *self = Sandbox::from_info(self.backend.clone(), info)?;
+        *self = Sandbox::from_info(backend, info)?;
         Ok(())
     }
 
@@ -446,7 +472,11 @@ impl Sandbox {
     /// The last `lines` lines of the daemon's log (B5), read by the backend
     /// on the host side: works when the daemon is dead too.
     pub async fn logs(&self, lines: usize) -> Result<String> {
-        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let b = match &self.place {
+            Place::Local(b) => b.clone(),
+            Place::Remote(r) => return crate::sandbox_remote::logs(r, self.id(), lines).await,
+        };
+        let id = self.info.id.clone();
         blocking(move || b.get().log_tail(&id, lines).map_err(backend_error)).await
     }
 
@@ -553,6 +583,10 @@ impl Sandbox {
     /// With the daemon dead, the Workspaces left in its scratch directory
     /// are checked offline the same way.
     pub async fn close(self) -> Result<()> {
+        if let Place::Remote(r) = &self.place {
+            // The server checks, with the Sandbox's own view.
+            return crate::sandbox_remote::close(r, self.id(), false).await;
+        }
         self.close_check().await?;
         self.close_discard().await
     }
@@ -631,6 +665,10 @@ impl Sandbox {
     /// [`Sandbox::close`] without the check: uncommitted changes of its
     /// Workspaces are dropped.
     pub async fn close_discard(self) -> Result<()> {
+        let b = match &self.place {
+            Place::Local(b) => b.clone(),
+            Place::Remote(r) => return crate::sandbox_remote::close(r, self.id(), true).await,
+        };
         let _ = self
             .client
             .send(
@@ -640,7 +678,7 @@ impl Sandbox {
                 "application/json",
             )
             .await;
-        let (b, id) = (self.backend.clone(), self.info.id.clone());
+        let id = self.info.id.clone();
         blocking(move || {
             b.get().stop(&id, STOP_GRACE).map_err(backend_error)?;
             b.get().delete(&id).map_err(backend_error)

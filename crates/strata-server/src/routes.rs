@@ -267,8 +267,20 @@ fn entry(e: &TreeEntry) -> Entry {
         EntryKind::Fifo => ("fifo", None),
         EntryKind::Socket => ("socket", None),
     };
+    let hex_if_not_utf8 = |b: &[u8]| std::str::from_utf8(b).is_err().then(|| hex::encode(b));
     Entry {
         name: String::from_utf8_lossy(&e.name).into_owned(),
+        name_hex: hex_if_not_utf8(&e.name),
+        target_hex: match &e.kind {
+            EntryKind::Symlink(t) => hex_if_not_utf8(t),
+            _ => None,
+        },
+        link_group: (e.link_group != 0).then_some(e.link_group),
+        xattrs: e
+            .xattrs
+            .iter()
+            .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+            .collect(),
         kind: kind.into(),
         mode: e.mode & 0o7777,
         size: e.size(),
@@ -496,17 +508,22 @@ pub(crate) async fn diff(
     ApiQuery(q): ApiQuery<DiffQuery>,
 ) -> AppResult<Json<DiffResponse>> {
     let store = st.store.clone();
-    let changes = blocking(move || {
+    let (a, b, changes) = blocking(move || {
         let a = resolve_in(&store, &caller.scope, &project, &q.from)?;
         let b = resolve_in(&store, &caller.scope, &project, &q.to)?;
-        Ok(store.diff(a, b)?)
+        Ok((a, b, store.diff(a, b)?))
     })
     .await?;
     Ok(Json(DiffResponse {
+        from: a.to_hex(),
+        to: b.to_hex(),
         changes: changes
             .into_iter()
             .map(|c| PathChange {
                 path: String::from_utf8_lossy(&c.path).into_owned(),
+                path_hex: std::str::from_utf8(&c.path)
+                    .is_err()
+                    .then(|| hex::encode(&c.path)),
                 kind: c.kind.as_str().into(),
             })
             .collect(),
