@@ -88,6 +88,38 @@ impl DockerBackend {
         Self::new(engine, Self::default_root())
     }
 
+    /// The docker Sandboxes recorded under `root` that match `filter`, as
+    /// seen without an Engine: every one is `Stopped` (with dockerd down no
+    /// container runs; with `live-restore` one may, and the next listing
+    /// with the Engine up says so). Listing must not fail because Docker
+    /// is not running: the native Sandboxes and these records are still
+    /// there to see and to close.
+    pub fn list_without_engine(
+        root: &Path,
+        filter: &Filter,
+    ) -> Result<Vec<SandboxInfo>, BackendError> {
+        let rd = match fs::read_dir(root) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(state_err("list", root)(e)),
+        };
+        let mut out = Vec::new();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !valid_id(&name) {
+                continue;
+            }
+            let Ok(rec) = read_record::<Record>(&e.path()) else {
+                continue;
+            };
+            if filter.matches(rec.name.as_deref(), &rec.labels) {
+                out.push(Self::info_of(&e.path(), &rec, None));
+            }
+        }
+        out.sort_by(|a, b| (a.created_unix_ms, &a.id).cmp(&(b.created_unix_ms, &b.id)));
+        Ok(out)
+    }
+
     pub fn state_root(&self) -> &Path {
         &self.root
     }
@@ -132,6 +164,10 @@ impl DockerBackend {
     }
 
     fn info(&self, dir: &Path, rec: &Record, inspect: Option<&Value>) -> SandboxInfo {
+        Self::info_of(dir, rec, inspect)
+    }
+
+    fn info_of(dir: &Path, rec: &Record, inspect: Option<&Value>) -> SandboxInfo {
         SandboxInfo {
             id: rec.id.clone(),
             backend: BackendKind::Docker,
@@ -621,5 +657,58 @@ impl WithState for SandboxInfo {
     fn with_state(mut self, s: State) -> Self {
         self.state = s;
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_sandbox::backend::state::write_record;
+
+    fn record(root: &Path, id: &str, label: &str) -> SandboxId {
+        let id = SandboxId(id.to_string());
+        let dir = root.join(id.as_str());
+        fs::create_dir_all(&dir).unwrap();
+        let mut config = CreateRequest::new("/var/tmp/store");
+        config.labels.insert("team".into(), label.into());
+        let rec = Record {
+            id: id.clone(),
+            name: None,
+            labels: config.labels.clone(),
+            created_unix_ms: 1,
+            config,
+            image_ref: "debian:12".into(),
+            image_id: "sha256:00".into(),
+            container: "0".repeat(64),
+            exe_host: PathBuf::from("/usr/bin/strata"),
+            install: None,
+            started: true,
+            marker: Some("ready".into()),
+            socket: None,
+        };
+        write_record(&dir, &rec).unwrap();
+        id
+    }
+
+    #[test]
+    fn records_are_listed_as_stopped_without_an_engine() {
+        // A listing must not fail because dockerd is down (the SDK lists
+        // native and docker Sandboxes together): the records are read and
+        // each is Stopped, filters applied.
+        let t = tempfile::tempdir().unwrap();
+        let a = record(t.path(), "sb-aaaaaaaaaaaaaaaaaaaaaaaa", "a");
+        record(t.path(), "sb-bbbbbbbbbbbbbbbbbbbbbbbb", "b");
+        fs::create_dir(t.path().join("not-a-sandbox")).unwrap();
+        let all = DockerBackend::list_without_engine(t.path(), &Filter::default()).unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all.iter().all(|i| i.state == State::Stopped));
+        let mut f = Filter::default();
+        f.labels.insert("team".into(), "a".into());
+        let only = DockerBackend::list_without_engine(t.path(), &f).unwrap();
+        assert_eq!(only.iter().map(|i| i.id.clone()).collect::<Vec<_>>(), [a]);
+        let missing = t.path().join("missing");
+        assert!(DockerBackend::list_without_engine(&missing, &f)
+            .unwrap()
+            .is_empty());
     }
 }

@@ -343,12 +343,19 @@ impl Sandbox {
             };
             let mut all = backend.list(&f).map_err(backend_error)?;
             // Docker Sandboxes too, unless a native state root was named.
-            let docker = match filter.state_dir {
-                None => docker_if_used()?,
-                Some(_) => None,
-            };
-            if let Some(docker) = docker {
-                all.extend(docker.list(&f).map_err(backend_error)?);
+            // With no Engine answering, the docker records are still listed
+            // (as stopped) instead of failing the whole listing.
+            if filter.state_dir.is_none() {
+                let docker = match docker_if_used() {
+                    Ok(Some(docker)) => docker.list(&f).map_err(backend_error)?,
+                    Ok(None) => Vec::new(),
+                    Err(e) => {
+                        tracing::warn!(%e, "docker Sandboxes listed from their records only");
+                        DockerBackend::list_without_engine(&DockerBackend::default_root(), &f)
+                            .map_err(backend_error)?
+                    }
+                };
+                all.extend(docker);
                 all.sort_by(|a, b| (a.created_unix_ms, &a.id).cmp(&(b.created_unix_ms, &b.id)));
             }
             Ok(all)
