@@ -162,6 +162,11 @@ pub enum Command {
     /// Bearer tokens for `strata serve`: create, list, revoke.
     #[command(subcommand)]
     Token(crate::serve::TokenCmd),
+    /// One qemu microVM per project: its Store on the VM's own disk,
+    /// `strata serve` inside, an endpoint on the host's loopback
+    /// (docs/microvm.md).
+    #[command(subcommand)]
+    Vm(crate::vm::VmCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  strata completions bash > /etc/bash_completion.d/strata\n  strata completions zsh > ~/.zfunc/_strata\n  strata completions fish > ~/.config/fish/completions/strata.fish"

@@ -72,6 +72,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Probe(a) => return crate::probe::probe(&ctx, a),
         Command::Serve(a) => return crate::serve::serve(&ctx, a),
         Command::Token(c) => return crate::serve::token(&ctx, c),
+        Command::Vm(c) => return crate::vm::run(&ctx, c),
         Command::Completions { shell } => return crate::cli::completions(shell),
     }
     Ok(ExitCode::SUCCESS)
