@@ -137,6 +137,10 @@ fn a_commit_survives_a_vm_restart_and_each_project_has_its_own_vm() {
     assert!(o.status.success(), "{stderr}");
     let a: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(a["started"], true);
+    assert!(
+        a["kernel"].as_str().unwrap().starts_with("/boot/vmlinuz-"),
+        "{a}"
+    );
     if a["accel"] == "tcg" {
         assert!(
             stderr.contains("runs under TCG (emulation, slow)"),

@@ -98,6 +98,10 @@ pub struct Endpoint {
     /// From qemu's start to the guest's ready line.
     pub boot_ms: u64,
     pub disk: PathBuf,
+    /// The guest kernel this boot used (the initramfs is `initramfs.img`
+    /// beside this file, built from the same kernel's modules).
+    #[serde(default)]
+    pub kernel: PathBuf,
     pub console: PathBuf,
 }
 
@@ -418,6 +422,7 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
         accel_reason: verdict.reason,
         boot_ms: started.elapsed().as_millis() as u64,
         disk: fs::canonicalize(&disk).unwrap_or(disk),
+        kernel: kernel.image.clone(),
         console,
     };
     let path = dir.join("endpoint.json");
