@@ -7,6 +7,9 @@
 
 use std::collections::BTreeMap;
 
+pub mod sandbox;
+pub use sandbox::*;
+
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 

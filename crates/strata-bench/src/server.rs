@@ -4,12 +4,21 @@
 //! Unix socket (one kept-alive HTTP/1.1 connection, bearer token checked
 //! per request) vs the same `list_branches` in-process. Medians of 2,000
 //! calls (200 with --quick) after 100 warm-up calls each.
+//!
+//! The relay (needs root, like the sandbox group): one Sandbox created
+//! through the server, its Workspace mounted through the relay; exec of
+//! `true` through the server (create, then the NDJSON output to the exit
+//! line; a connection per request, as the SDK's client makes) vs the
+//! in-process SDK on the same Sandbox, medians of 200 (50 with --quick);
+//! and reading a 32 MiB file of the Workspace through the relay (`cat` in
+//! the Sandbox, its output relayed as the daemon's frames) vs the SDK's
+//! `output()` of the same command, medians of 5 (3).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use crate::report::{median, time, Row};
+use crate::report::{median, ms, time, Row};
 use crate::Ctx;
 use strata_store::{BranchRef, Store, StoreOptions};
 
@@ -42,6 +51,14 @@ fn call(r: &mut BufReader<UnixStream>, req: &[u8]) -> anyhow::Result<(u16, Vec<u
 }
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    let mut rows = branch_list(ctx)?;
+    if ctx.wants("exec through the server") || ctx.wants("32 MiB read through the relay") {
+        rows.extend(relay(ctx)?);
+    }
+    Ok(rows)
+}
+
+fn branch_list(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     if !ctx.wants("branch list") {
         return Ok(Vec::new());
     }
@@ -54,11 +71,11 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let tokens = strata_server::TokenStore::new(&dir);
     let (token, _) = tokens.create(&[])?;
     let sock = ctx.scratch.join("server.sock");
-    let state = Arc::new(strata_server::ServerState {
-        store: store.clone(),
+    let state = Arc::new(strata_server::ServerState::new(
+        store.clone(),
         tokens,
-        max_body: strata_server::DEFAULT_MAX_BODY,
-    });
+        strata_server::DEFAULT_MAX_BODY,
+    ));
     let rt = tokio::runtime::Runtime::new()?;
     let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -100,4 +117,196 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     )
     .compare("in-process list_branches", p)
     .goal("< +0.3 ms", s - p < 0.3)])
+}
+
+/// One request on a new connection (`Connection: close`), read to the end:
+/// the status and the body (chunked bodies are left framed; the callers
+/// only look for a marker in them).
+fn once(sock: &std::path::Path, req: &str, body: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+    let mut c = UnixStream::connect(sock)?;
+    c.write_all(req.as_bytes())?;
+    c.write_all(body)?;
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw)?;
+    let head_end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no HTTP head in {} bytes", raw.len()))?;
+    let status: u16 = std::str::from_utf8(&raw[9..12])?.parse()?;
+    Ok((status, raw[head_end + 4..].to_vec()))
+}
+
+fn post(
+    sock: &std::path::Path,
+    token: &str,
+    path: &str,
+    json: &serde_json::Value,
+) -> anyhow::Result<serde_json::Value> {
+    let body = json.to_string();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let (s, b) = once(sock, &req, body.as_bytes())?;
+    anyhow::ensure!(
+        (200..300).contains(&s),
+        "POST {path}: HTTP {s}: {}",
+        String::from_utf8_lossy(&b)
+    );
+    Ok(serde_json::from_slice(&b)?)
+}
+
+fn get(sock: &std::path::Path, token: &str, path: &str) -> anyhow::Result<Vec<u8>> {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    let (s, b) = once(sock, &req, b"")?;
+    anyhow::ensure!(s == 200, "GET {path}: HTTP {s}");
+    Ok(b)
+}
+
+/// Exec through the server and the 32 MiB read through the relay, each
+/// beside the in-process SDK on the same Sandbox.
+fn relay(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
+    anyhow::ensure!(
+        rustix::process::geteuid().is_root(),
+        "the relay workloads create a Sandbox and need root"
+    );
+    let dir = ctx.scratch.join("relay");
+    std::fs::create_dir_all(&dir)?;
+    let store = Store::create(&dir.join("store"), &StoreOptions::default())?;
+    store.create_project("p", "empty")?;
+    let tokens = strata_server::TokenStore::new(store.dir());
+    let (token, _) = tokens.create(&[])?;
+    let sock = dir.join("server.sock");
+    let state = Arc::new(strata_server::ServerState::new(
+        store.clone(),
+        tokens,
+        strata_server::DEFAULT_MAX_BODY,
+    ));
+    let rt = tokio::runtime::Runtime::new()?;
+    let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = rt.spawn(strata_server::run(bound, state, async move {
+        let _ = stop_rx.await;
+    }));
+    let sb = post(
+        &sock,
+        &token,
+        "/v1/sandboxes",
+        &serde_json::json!({"project": "p", "labels": {"strata-bench": std::process::id().to_string()}}),
+    )?;
+    let id = sb["id"].as_str().unwrap_or_default().to_string();
+    let result = relay_rows(ctx, &rt, &sock, &token, &id);
+    let _ = rt.block_on(async {
+        let sb = strata_sdk::Sandbox::open(&id).await?;
+        sb.close_discard().await
+    });
+    let _ = stop_tx.send(());
+    rt.block_on(server)??;
+    result
+}
+
+fn relay_rows(
+    ctx: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    sock: &std::path::Path,
+    token: &str,
+    id: &str,
+) -> anyhow::Result<Vec<Row>> {
+    let ws = post(
+        sock,
+        token,
+        &format!("/v1/sandboxes/{id}/workspaces"),
+        &serde_json::json!({"ref": "p/main"}),
+    )?;
+    let ws_id = ws["id"].as_str().unwrap_or_default().to_string();
+    let sdk_ws = rt.block_on(async {
+        let sb = strata_sdk::Sandbox::open(id).await?;
+        let wss = sb.workspaces().await?;
+        wss.into_iter()
+            .find(|w| w.id() == ws_id)
+            .ok_or_else(|| anyhow::anyhow!("the SDK does not see Workspace {ws_id}"))
+    })?;
+    let exec_via_server = |argv: serde_json::Value, want: &[u8]| -> anyhow::Result<usize> {
+        let x = post(
+            sock,
+            token,
+            &format!("/v1/sandboxes/{id}/execs"),
+            &serde_json::json!({"argv": argv}),
+        )?;
+        let x = x["id"].as_str().unwrap_or_default();
+        let out = get(sock, token, &format!("/v1/sandboxes/{id}/execs/{x}/output"))?;
+        anyhow::ensure!(
+            out.windows(want.len()).any(|w| w == want),
+            "no {:?} in the output",
+            String::from_utf8_lossy(want)
+        );
+        Ok(out.len())
+    };
+    let mut rows = Vec::new();
+    let exit0: &[u8] = br#""type":"exit","seq""#;
+    if ctx.wants("exec through the server") {
+        let n = if ctx.quick { 50 } else { 200 };
+        for _ in 0..10 {
+            exec_via_server(serde_json::json!(["true"]), exit0)?;
+            rt.block_on(sdk_ws.exec(["true"]).output())?;
+        }
+        let (mut srv, mut sdk) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let (r, d) = time(|| exec_via_server(serde_json::json!(["true"]), exit0));
+            r?;
+            srv.push(ms(d));
+            let (r, d) = time(|| rt.block_on(sdk_ws.exec(["true"]).output()));
+            anyhow::ensure!(r?.status.success(), "true failed in-process");
+            sdk.push(ms(d));
+        }
+        let (a, b) = (median(srv), median(sdk));
+        rows.push(
+            Row::new(
+                "server",
+                &format!("exec `true` through the server (median of {n})"),
+                "ms",
+                a,
+            )
+            .compare("in-process SDK, same Sandbox", b)
+            .goal("< 5 ms", a < 5.0),
+        );
+    }
+    if ctx.wants("32 MiB read through the relay") {
+        let o = rt.block_on(
+            sdk_ws
+                .exec(["sh", "-c", "head -c 33554432 /dev/urandom > big"])
+                .output(),
+        )?;
+        anyhow::ensure!(
+            o.status.success(),
+            "making the 32 MiB file: {}",
+            o.stderr_str()
+        );
+        let runs = if ctx.quick { 3 } else { 5 };
+        let (mut srv, mut sdk) = (Vec::new(), Vec::new());
+        for r in 0..=runs {
+            let (n, d) = time(|| exec_via_server(serde_json::json!(["cat", "big"]), exit0));
+            anyhow::ensure!(n? > 32 << 20, "the relayed output is shorter than the file");
+            let (o, d2) = time(|| rt.block_on(sdk_ws.exec(["cat", "big"]).output()));
+            anyhow::ensure!(o?.stdout.len() == 32 << 20, "the SDK read a short file");
+            if r > 0 {
+                srv.push(32.0 * 1.048576 / d.as_secs_f64() / 1000.0);
+                sdk.push(32.0 * 1.048576 / d2.as_secs_f64() / 1000.0);
+            }
+        }
+        let (a, b) = (median(srv), median(sdk));
+        rows.push(
+            Row::new(
+                "server",
+                &format!("32 MiB read through the relay (`cat`, daemon frames; median of {runs})"),
+                "GB/s",
+                a,
+            )
+            .compare("in-process SDK output()", b)
+            .goal(">= 1 GB/s", a >= 1.0),
+        );
+    }
+    Ok(rows)
 }

@@ -7,16 +7,32 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use strata_server::{Listen, ServerState, TokenStore};
+use strata_server::{Listen, ServerState, TlsSetup, TokenStore};
 
 use crate::ctx::Ctx;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// unix:PATH or tcp:127.0.0.1:PORT (loopback only until TLS exists)
+    /// unix:PATH or tcp:HOST:PORT (a non-loopback HOST needs TLS)
     /// [default: unix:STORE/serve.sock]
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// TLS certificate chain (PEM), with --tls-key.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        conflicts_with = "tls_generate"
+    )]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM), with --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// TLS with a self-signed certificate, generated once and kept in the
+    /// Store directory; the ready line prints its fingerprint for clients
+    /// to pin.
+    #[arg(long)]
+    pub tls_generate: bool,
     /// Largest request body in MiB; larger ones get 413.
     #[arg(long, value_name = "MIB", default_value_t = 64)]
     pub max_body_mib: usize,
@@ -100,24 +116,49 @@ pub fn serve(ctx: &Ctx, a: ServeArgs) -> Result<ExitCode> {
     if tokens.list()?.is_empty() {
         crate::output::warn("no tokens yet: every request but /v1/healthz gets 401 until `strata token create` makes one");
     }
-    let state = Arc::new(ServerState {
-        store,
-        tokens,
-        max_body: a.max_body_mib.max(1) << 20,
-    });
+    let tls = match (&a.tls_cert, &a.tls_key, a.tls_generate) {
+        (Some(cert), Some(key), _) => Some(TlsSetup::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+        }),
+        (_, _, true) => {
+            let mut names = vec!["localhost".to_string()];
+            if let Listen::Tcp(addr) = &listen {
+                names.push(addr.ip().to_string());
+            }
+            Some(TlsSetup::Generate {
+                dir: store.dir().to_path_buf(),
+                names,
+            })
+        }
+        _ => None,
+    };
+    listen.check(tls.is_some())?;
+    let tls = tls.map(|t| t.load()).transpose()?;
+    let mut state = ServerState::new(store, tokens, a.max_body_mib.max(1) << 20);
+    // Sandboxes live under the same state root as `strata sandbox`'s.
+    state.sandbox_root = crate::ctx::state_dir();
+    let state = Arc::new(state);
     let rt = tokio::runtime::Runtime::new().context("start the tokio runtime")?;
     rt.block_on(async move {
         // Handlers first: a SIGTERM right after the ready line must reach
         // them, not the default action (which would kill without cleanup).
         let shutdown = shutdown_signal()?;
-        let bound = listen.bind().await?;
+        let bound = match &tls {
+            Some(t) => listen.bind_tls(t).await?,
+            None => listen.bind().await?,
+        };
         let shown = bound.display();
         // One line, also with --json (print_json pretty-prints), so a
         // script can read exactly one line and go.
-        let line = if ctx.json {
-            json!({ "listening": shown }).to_string()
-        } else {
-            format!("listening on {shown}")
+        let fp = tls.as_ref().map(|t| t.fingerprint.clone());
+        let line = match (ctx.json, &fp) {
+            (true, None) => json!({ "listening": shown }).to_string(),
+            (true, Some(f)) => {
+                json!({ "listening": shown, "tls": true, "fingerprint": f }).to_string()
+            }
+            (false, None) => format!("listening on {shown}"),
+            (false, Some(f)) => format!("listening on {shown} (TLS, certificate {f})"),
         };
         {
             use std::io::Write;

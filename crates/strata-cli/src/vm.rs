@@ -195,11 +195,12 @@ fn serve_in_guest(g: &guest::Guest) -> Result<()> {
         tokens.revoke(&t.id)?;
     }
     let (token, _) = tokens.create(&[])?;
-    let state = Arc::new(strata_server::ServerState {
+    // No Sandbox routes in the guest yet (docs/microvm.md, "Not done yet").
+    let state = Arc::new(strata_server::ServerState::new(
         store,
         tokens,
-        max_body: strata_server::DEFAULT_MAX_BODY,
-    });
+        strata_server::DEFAULT_MAX_BODY,
+    ));
     let rt = tokio::runtime::Runtime::new().context("start the tokio runtime")?;
     let ctl = g.ctl.try_clone().context("clone the control channel")?;
     let mut out = g.ctl.try_clone().context("clone the control channel")?;

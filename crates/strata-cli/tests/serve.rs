@@ -477,7 +477,7 @@ fn tokens_survive_a_killed_server_and_tcp_is_loopback_only() {
     let r = tcp.req("GET", "/v1/projects", None, None);
     assert_eq!(r.status, 401);
     let err = env.fails(&["serve", "--listen", "tcp:0.0.0.0:7878"], 1);
-    assert!(err.contains("TLS is not built yet"), "{err}");
+    assert!(err.contains("--tls-generate"), "{err}");
 
     // Graceful shutdown on SIGTERM: exits 0 and removes its socket.
     let mut g = Server::start(

@@ -351,6 +351,22 @@ impl Sandbox {
         &self.info
     }
 
+    /// The daemon's Unix socket (host side) and its bearer token: what a
+    /// relay such as `strata serve` needs to speak to the daemon itself.
+    /// Read from the backend's record and the 0600 token file, as this
+    /// handle's own client does.
+    pub fn daemon_endpoint(&self) -> Result<(PathBuf, String)> {
+        let socket = match &self.info.endpoint {
+            Some(Endpoint::Unix { path }) => path.clone(),
+            _ => self.info.daemon.socket.clone(),
+        };
+        let token = std::fs::read_to_string(&self.info.token_file)
+            .map_err(Error::io("read the Sandbox token", &self.info.token_file))?
+            .trim()
+            .to_string();
+        Ok((socket, token))
+    }
+
     /// Running (the backend says so and the daemon answers) or stopped.
     pub async fn state(&self) -> SandboxState {
         let (b, id) = (self.backend.clone(), self.info.id.clone());

@@ -19,6 +19,10 @@ pub enum ServeError {
     },
     #[error("strata serve: {path} is already served by a running server; stop it or pass another --listen")]
     InUse { path: String },
+    #[error(transparent)]
+    Listen(#[from] crate::listen::ListenError),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A failed request.

@@ -1,6 +1,7 @@
-//! Where the server listens: a Unix socket (0600, the default) or TCP on a
-//! loopback address. Any other address would put bearer tokens on a
-//! network in clear text, so it is refused until TLS exists.
+//! Where the server listens: a Unix socket (0600, the default), TCP on a
+//! loopback address, or TCP on any address with TLS. A non-loopback
+//! address without TLS would put bearer tokens on a network in clear
+//! text, so it is refused.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -16,10 +17,12 @@ pub enum Listen {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ListenError {
-    #[error("--listen {0:?}: expected unix:PATH or tcp:127.0.0.1:PORT")]
+    #[error("--listen {0:?}: expected unix:PATH or tcp:HOST:PORT (an IP address)")]
     Syntax(String),
-    #[error("--listen {0:?}: only loopback addresses (127.0.0.0/8, [::1]) are served for now: TLS is not built yet, and a bearer token must not cross a network in clear text. Use unix:PATH, or tcp:127.0.0.1:PORT behind your own TLS proxy")]
+    #[error("--listen {0:?}: a non-loopback address is served only with TLS, because a bearer token must not cross a network in clear text: add --tls-cert FILE --tls-key FILE, or --tls-generate (a self-signed certificate whose fingerprint clients pin)")]
     NotLoopback(String),
+    #[error("--listen {0:?}: TLS is for TCP addresses; a Unix socket is protected by its file permissions (0600)")]
+    TlsOnUnix(String),
 }
 
 impl Listen {
@@ -32,9 +35,6 @@ impl Listen {
         }
         if let Some(a) = s.strip_prefix("tcp:") {
             let addr: SocketAddr = a.parse().map_err(|_| ListenError::Syntax(s.into()))?;
-            if !addr.ip().is_loopback() {
-                return Err(ListenError::NotLoopback(s.into()));
-            }
             return Ok(Listen::Tcp(addr));
         }
         Err(ListenError::Syntax(s.into()))
@@ -46,11 +46,47 @@ impl Listen {
         Listen::Unix(store_dir.join("serve.sock"))
     }
 
+    /// Refuse what may not be served: a non-loopback address without
+    /// TLS, TLS on a Unix socket.
+    pub fn check(&self, tls: bool) -> Result<(), ListenError> {
+        match self {
+            Listen::Tcp(a) if !tls && !a.ip().is_loopback() => {
+                Err(ListenError::NotLoopback(format!("tcp:{a}")))
+            }
+            Listen::Unix(p) if tls => Err(ListenError::TlsOnUnix(format!("unix:{}", p.display()))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Bind with TLS (TCP only).
+    pub async fn bind_tls(&self, tls: &crate::tls::TlsServer) -> Result<Bound, ServeError> {
+        self.check(true)?;
+        match self.bind_plain().await? {
+            Bound::Tcp { listener, addr } => Ok(Bound::Tls {
+                listener: crate::tls::TlsListener::new(listener, tls).map_err(|source| {
+                    ServeError::Io {
+                        action: "listen with TLS on",
+                        path: addr.to_string(),
+                        source,
+                    }
+                })?,
+                addr,
+            }),
+            _ => unreachable!("check refuses TLS on a Unix socket"),
+        }
+    }
+
+    /// Bind without TLS (Unix or loopback TCP).
+    pub async fn bind(&self) -> Result<Bound, ServeError> {
+        self.check(false)?;
+        self.bind_plain().await
+    }
+
     /// Bind. A Unix socket is bound under a temporary name, made 0600 and
     /// renamed into place, so it is never reachable with looser
     /// permissions; a stale socket (no one accepts on it) is replaced, a
     /// live one is an error.
-    pub async fn bind(&self) -> Result<Bound, ServeError> {
+    async fn bind_plain(&self) -> Result<Bound, ServeError> {
         match self {
             Listen::Unix(path) => bind_unix(path).await,
             Listen::Tcp(addr) => {
@@ -119,6 +155,10 @@ pub enum Bound {
         listener: tokio::net::TcpListener,
         addr: SocketAddr,
     },
+    Tls {
+        listener: crate::tls::TlsListener,
+        addr: SocketAddr,
+    },
 }
 
 impl Bound {
@@ -126,7 +166,7 @@ impl Bound {
     pub fn display(&self) -> String {
         match self {
             Bound::Unix { path, .. } => format!("unix:{}", path.display()),
-            Bound::Tcp { addr, .. } => format!("tcp:{addr}"),
+            Bound::Tcp { addr, .. } | Bound::Tls { addr, .. } => format!("tcp:{addr}"),
         }
     }
 }
@@ -136,7 +176,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_loopback_tcp_and_unix_paths_parse() {
+    fn addresses_parse_and_a_non_loopback_one_needs_tls() {
         assert_eq!(
             Listen::parse("unix:/tmp/s").unwrap(),
             Listen::Unix("/tmp/s".into())
@@ -149,11 +189,21 @@ mod tests {
             Listen::parse("tcp:[::1]:80").unwrap(),
             Listen::Tcp(_)
         ));
-        let e = Listen::parse("tcp:0.0.0.0:80").unwrap_err();
-        assert!(e.to_string().contains("TLS is not built yet"), "{e}");
+        let any = Listen::parse("tcp:0.0.0.0:80").unwrap();
+        let e = any.check(false).unwrap_err();
+        assert!(e.to_string().contains("--tls-generate"), "{e}");
+        assert!(any.check(true).is_ok());
         assert!(matches!(
-            Listen::parse("tcp:10.0.0.1:80"),
+            Listen::parse("tcp:10.0.0.1:80").unwrap().check(false),
             Err(ListenError::NotLoopback(_))
+        ));
+        assert!(Listen::parse("tcp:127.0.0.1:80")
+            .unwrap()
+            .check(false)
+            .is_ok());
+        assert!(matches!(
+            Listen::parse("unix:/tmp/s").unwrap().check(true),
+            Err(ListenError::TlsOnUnix(_))
         ));
         assert!(matches!(
             Listen::parse("http://x"),

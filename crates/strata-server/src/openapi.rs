@@ -30,7 +30,7 @@ impl Modify for Bearer {
 #[openapi(
     info(
         title = "strata serve",
-        description = "One authenticated HTTP/JSON API for a strata Store (docs/server.md). Every route but /v1/healthz needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": {\"code\", \"message\"}}`.",
+        description = "One authenticated HTTP/JSON API for a strata Store (docs/server.md). Every route but /v1/healthz needs `Authorization: Bearer TOKEN`. Errors are `{\"error\": {\"code\", \"message\"}}`. Under /v1/sandboxes/{id}/ every route of the Sandbox daemon's own API (docs/api/openapi.yaml: workspaces, execs and their output, stdin, resize, cancel, wait, health, logs) is relayed as it is, with the daemon's shapes and errors; GET /v1/sandboxes/{id}/execs/{eid}/output?format=ndjson answers OutputLine lines instead of the daemon's frames.",
         license(name = "Apache-2.0")
     ),
     paths(
@@ -49,11 +49,20 @@ impl Modify for Bearer {
         crate::write::commit,
         crate::tarball::export,
         crate::tarball::import,
+        crate::sandboxes::create,
+        crate::sandboxes::list,
+        crate::sandboxes::get,
+        crate::sandboxes::logs,
+        crate::sandboxes::restart,
+        crate::sandboxes::close,
+        crate::relay::ws,
     ),
     components(schemas(
         ErrorBody, ErrorDetail, Healthz, ProjectList, CreateProject, Project, Branch,
         BranchList, CreateBranch, CommitInfo, LogResponse, PathChange, DiffResponse, Entry,
-        LsResponse, Change, ChangeSet, CommitResponse
+        LsResponse, Change, ChangeSet, CommitResponse, CreateSandbox, SandboxNetwork,
+        SandboxState, SandboxWorkspace, SandboxInfo, SandboxList, ExecExit, ExecFailed,
+        OutputLine, WsControl
     )),
     modifiers(&Bearer),
     security(("bearer" = []))

@@ -11,7 +11,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
 use strata_store::{BranchRef, EntryKind, ObjectId, Store, StoreError, TreeEntry};
@@ -50,6 +50,21 @@ pub(crate) fn router(state: Arc<ServerState>) -> Router {
         .route("/v1/projects/{project}/ls", get(ls))
         .route("/v1/projects/{project}/stat", get(stat))
         .route("/v1/projects/{project}/cat", get(cat))
+        .route(
+            "/v1/sandboxes",
+            get(crate::sandboxes::list).post(crate::sandboxes::create),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(crate::sandboxes::get).delete(crate::sandboxes::close),
+        )
+        .route("/v1/sandboxes/{id}/logs", get(crate::sandboxes::logs))
+        .route(
+            "/v1/sandboxes/{id}/restart",
+            post(crate::sandboxes::restart),
+        )
+        .route("/v1/sandboxes/{id}/execs/{eid}/ws", get(crate::relay::ws))
+        .route("/v1/sandboxes/{id}/{*rest}", any(crate::relay::relay))
         .fallback(|| async {
             ApiError::not_found("no such route; GET /v1/openapi.json lists the routes")
         })

@@ -1,3 +1,4 @@
+#![allow(dead_code)]
 //! The harness of `tests/serve.rs`: a real `strata serve` child and a
 //! minimal HTTP/1.1 client over its Unix socket or loopback TCP port.
 
@@ -10,15 +11,33 @@ use serde_json::{json, Value};
 use crate::common::{Env, BIN};
 pub use strata_testkit::http::{parse, Resp};
 
+pub mod clients;
+pub mod sandbox;
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use clients::*;
+#[allow(unused_imports)]
+pub use sandbox::*;
+
 /// A running `strata serve`, killed on drop.
 pub struct Server {
     pub child: Child,
     pub addr: String,
+    /// The whole ready line, parsed.
+    pub ready: Value,
 }
 
 impl Server {
     pub fn start(env: &Env, extra: &[&str]) -> Server {
+        Server::start_with(env, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    pub fn start_with(env: &Env, extra: &[&str], vars: &[(&str, &std::path::Path)]) -> Server {
         let mut c = std::process::Command::new(BIN);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
         c.env_remove("STRATA_STORE")
             .env_remove("XDG_DATA_HOME")
             .arg("--store")
@@ -39,7 +58,11 @@ impl Server {
             .as_str()
             .unwrap_or_else(|| panic!("no listening in {line:?}"))
             .to_string();
-        Server { child, addr }
+        Server {
+            child,
+            addr,
+            ready: v,
+        }
     }
 
     pub fn unix(env: &Env) -> Server {
