@@ -81,6 +81,9 @@ pub enum BackendArg {
     Native,
     /// One container through the Docker Engine API.
     Docker,
+    /// Namespaces inside the project's qemu VM (not built yet: refused;
+    /// `strata vm` boots the VM).
+    Microvm,
 }
 
 #[cfg(test)]

@@ -191,6 +191,11 @@ pub enum Command {
         after_help = "Examples:\n  strata --store /var/tmp/store mcp\n  strata mcp --http 127.0.0.1:8766"
     )]
     Mcp(crate::mcp::McpArgs),
+    /// One qemu microVM per project: its Store on the VM's own disk,
+    /// `strata serve` inside, an endpoint on the host's loopback
+    /// (docs/microvm.md).
+    #[command(subcommand)]
+    Vm(crate::vm::VmCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(
         after_help = "Examples:\n  strata completions bash > /etc/bash_completion.d/strata\n  strata completions zsh > ~/.zfunc/_strata\n  strata completions fish > ~/.config/fish/completions/strata.fish"

@@ -47,6 +47,7 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         Command::Mount(_) => "`strata mount` mounts on this host",
         Command::Serve(_) | Command::Token(_) => "it manages the server itself, on its host",
         Command::Probe(_) => "it probes this host",
+        Command::Vm(_) => "it boots and stops VMs on this host",
         Command::Mcp(_) => {
             "`strata mcp` serves this host's Store; run it on the server's host (its HTTP form takes the server's tokens, docs/mcp.md)"
         }
@@ -146,6 +147,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(a) => return crate::serve::serve(&ctx, a),
         Command::Token(c) => return crate::serve::token(&ctx, c),
         Command::Mcp(a) => return crate::mcp::mcp(&ctx, a),
+        Command::Vm(c) => return crate::vm::run(&ctx, c),
         Command::Completions { shell } => return crate::cli::completions(shell),
     }
     Ok(ExitCode::SUCCESS)

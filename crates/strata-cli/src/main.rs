@@ -20,6 +20,7 @@ mod read;
 mod run;
 mod sandbox;
 mod serve;
+mod vm;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -32,6 +33,8 @@ fn main() -> ExitCode {
     // First, before anything can start a thread: `strata run` re-executes
     // this binary as its single-threaded rootless helper.
     strata_rootless::maybe_run_internal();
+    // In a project's microVM this binary is /init (docs/microvm.md).
+    vm::maybe_run_guest_init();
     // `strata mount` and Sandboxes re-execute it as the daemon, the Sandbox
     // init and the exec helper (one program, several roles).
     strata_sdk::maybe_run_internal();

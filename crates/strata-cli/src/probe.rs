@@ -27,6 +27,12 @@ pub fn probe(ctx: &Ctx, a: ProbeArgs) -> Result<ExitCode> {
         Some((k, val)) => lines.push((k.to_string(), val.to_string())),
         None => lines.push(("rootless".to_string(), kv)),
     }
+    // The microVM route (docs/microvm.md); a probe boot under KVM only
+    // with the self-check.
+    match crate::vm::default_config("probe", None) {
+        Ok(cfg) => lines.extend(strata_microvm::probe::facts(&cfg, !a.no_self_check)),
+        Err(e) => lines.push(("microvm".into(), format!("not checked: {e:#}"))),
+    }
     if !a.no_self_check {
         lines.extend(match crate::ctx::runtime() {
             Ok(rt) => rt.block_on(strata_sdk::probe::self_check()),

@@ -198,6 +198,9 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 (BackendArg::Native, None) => None,
                 // clap requires --image with --backend docker.
                 (BackendArg::Docker, image) => image,
+                (BackendArg::Microvm, _) => anyhow::bail!(
+                    "--backend microvm: Sandboxes inside a project's VM are not built yet (the guest's server must create them with the native backend inside the VM, and the SDK must reach them through its remote client). What exists: `strata vm start --project P` boots the project's VM with its Store on the VM's disk and `strata serve` inside (docs/microvm.md); use --backend native or docker for Sandboxes"
+                ),
             };
             spec.expose = a.expose;
             let sb = client.create_sandbox(spec).await?;

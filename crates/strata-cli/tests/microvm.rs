@@ -1,0 +1,401 @@
+//! `strata vm`: a real qemu microVM per project under TCG (docs/microvm.md).
+//! The Store lives on the VM's ext4 disk and is reached only through the
+//! guest's `strata serve` over the loopback port forward. Needs
+//! qemu-system-x86 and linux-image-amd64 (scripts/test installs them);
+//! without them these tests fail and say so. VM boots are few: each costs
+//! seconds of emulated CPU.
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use strata_testkit::http::{parse, Resp};
+
+const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+fn require_qemu_and_kernel() {
+    let qemu = Command::new("qemu-system-x86_64").arg("-version").output();
+    assert!(
+        qemu.is_ok_and(|o| o.status.success()),
+        "qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/test does)"
+    );
+    let kernel = std::fs::read_dir("/boot")
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
+        })
+        .unwrap_or(false);
+    assert!(
+        kernel,
+        "no /boot/vmlinuz-*: install linux-image-amd64 (scripts/test does)"
+    );
+}
+
+fn vm(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--json")
+        .arg("vm")
+        .args(args)
+        .arg("--state")
+        .arg(state)
+        .output()
+        .expect("run strata vm")
+}
+
+fn vm_ok(state: &Path, args: &[&str]) -> Value {
+    let o = vm(state, args);
+    assert!(
+        o.status.success(),
+        "strata vm {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+fn vm_err(state: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
+    let mut c = Command::new(BIN);
+    c.arg("vm").args(args).arg("--state").arg(state);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().expect("run strata vm");
+    assert!(!o.status.success(), "strata vm {args:?} succeeded");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The qemu processes whose command line names `dir` (the VM directories
+/// are under it).
+fn qemus_under(dir: &Path) -> Vec<u32> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, r)| r.starts_with('Z'));
+            cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie
+        })
+        .collect()
+}
+
+/// One HTTP/1.1 exchange with the guest's server through the endpoint.
+fn http(ep: &Value, method: &str, path: &str, token: Option<&str>, body: Option<Value>) -> Resp {
+    let url = ep["url"].as_str().unwrap();
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: strata\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    let b = body
+        .map(|v| serde_json::to_vec(&v).unwrap())
+        .unwrap_or_default();
+    if !b.is_empty() {
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the VM's endpoint");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(&b).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse(&raw)
+}
+
+struct Cleanup<'a>(&'a Path);
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        // Never leave a VM behind, even when an assertion failed.
+        for pid in qemus_under(self.0) {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+        }
+    }
+}
+
+#[test]
+fn a_commit_survives_a_vm_restart_and_each_project_has_its_own_vm() {
+    require_qemu_and_kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("vms");
+    let _cleanup = Cleanup(tmp.path());
+
+    // The first start decides KVM or TCG by a probe boot under KVM (cached
+    // in the state root); under TCG it warns and says why.
+    let o = vm(&state, &["start", "--project", "alpha"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let a: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(a["started"], true);
+    assert!(
+        a["kernel"].as_str().unwrap().starts_with("/boot/vmlinuz-"),
+        "{a}"
+    );
+    if a["accel"] == "tcg" {
+        assert!(
+            stderr.contains("runs under TCG (emulation, slow)"),
+            "{stderr}"
+        );
+        let why = a["accel_reason"].as_str().unwrap();
+        assert!(stderr.contains(why), "{stderr}");
+        eprintln!("TCG because: {why}");
+    }
+    let url = a["url"].as_str().unwrap();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let token = a["token"].as_str().unwrap().to_string();
+    eprintln!("alpha: boot-to-ready {} ms under TCG", a["boot_ms"]);
+    // The endpoint file is the token's only copy on the host: 0600.
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(state.join("alpha/endpoint.json"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+
+    // A second start finds it running.
+    let again = vm_ok(&state, &["start", "--project", "alpha"]);
+    assert_eq!(again["started"], false);
+    assert_eq!(again["url"], a["url"]);
+
+    // No token, no entry.
+    assert_eq!(http(&a, "GET", "/v1/projects", None, None).status, 401);
+    // A project and a commit through the guest's server.
+    let r = http(
+        &a,
+        "POST",
+        "/v1/projects",
+        Some(&token),
+        Some(json!({"name": "web"})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let h0 = r.json()["head"].as_str().unwrap().to_string();
+    let r = http(
+        &a,
+        "POST",
+        "/v1/projects/web/branches/main/commits",
+        Some(&token),
+        Some(json!({"expected_head": h0, "message": "in the vm",
+            "changes": [{"op": "put", "path": "hello.txt", "content": "from the host\n"}]})),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let c1 = r.json()["commit"].as_str().unwrap().to_string();
+
+    // A second project: its own VM, its own disk, its own Store.
+    let b = vm_ok(&state, &["start", "--project", "beta"]);
+    assert_ne!(b["url"], a["url"]);
+    assert_ne!(b["disk"], a["disk"]);
+    assert_ne!(b["pid"], a["pid"]);
+    let r = http(
+        &b,
+        "GET",
+        "/v1/projects",
+        Some(b["token"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["projects"], json!([]), "{}", r.text());
+    // alpha's token opens nothing in beta.
+    assert_eq!(
+        http(&b, "GET", "/v1/projects", Some(&token), None).status,
+        401
+    );
+
+    // alpha's disk is alpha's: another VM may not take it, and the refusal
+    // leaves no qemu behind.
+    let gamma_dir = state.join("gamma");
+    let e = vm_err(
+        &state,
+        &[
+            "start",
+            "--project",
+            "gamma",
+            "--disk",
+            a["disk"].as_str().unwrap(),
+        ],
+        &[("STRATA_VM_ACCEL", "tcg")],
+    );
+    assert!(e.contains("is in use by another VM"), "{e}");
+    assert!(e.contains(&format!("qemu pid {}", a["pid"])), "{e}");
+    assert!(qemus_under(&gamma_dir).is_empty());
+
+    // Stop: a clean power-off, nothing running, the disk stays.
+    let s = vm_ok(&state, &["stop", "--project", "alpha"]);
+    assert_eq!(s["clean"], true, "{s}");
+    assert!(qemus_under(&state.join("alpha")).is_empty());
+    let st = vm_ok(&state, &["status", "--project", "alpha"]);
+    assert_eq!(st["running"], false);
+    assert!(state.join("alpha/disk.img").is_file());
+
+    // Boot again: the commit is on the disk.
+    let a2 = vm_ok(&state, &["start", "--project", "alpha"]);
+    assert_eq!(a2["started"], true);
+    let t2 = a2["token"].as_str().unwrap();
+    assert_ne!(t2, token, "a fresh token per boot");
+    assert_eq!(
+        http(&a2, "GET", "/v1/projects", Some(&token), None).status,
+        401,
+        "the old boot's token is revoked"
+    );
+    let r = http(
+        &a2,
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=hello.txt",
+        Some(t2),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, b"from the host\n");
+    let r = http(&a2, "GET", "/v1/projects/web/log?ref=main", Some(t2), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(&c1), "{}", r.text());
+    assert!(r.text().contains("in the vm"), "{}", r.text());
+
+    for p in ["alpha", "beta"] {
+        let s = vm_ok(&state, &["stop", "--project", p]);
+        assert_eq!(s["clean"], true, "{s}");
+    }
+    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
+    // Stopping what is not running is a clear error.
+    let e = vm_err(&state, &["stop", "--project", "alpha"], &[]);
+    assert!(e.contains("no VM is running for project alpha"), "{e}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_starts_nothing() {
+    require_qemu_and_kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("vms");
+    let _cleanup = Cleanup(tmp.path());
+    let start = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut args = vec!["start", "--project", "p"];
+        args.extend_from_slice(extra);
+        vm_err(&state, &args, env)
+    };
+
+    // No qemu on PATH.
+    let empty = tmp.path().join("empty-bin");
+    std::fs::create_dir(&empty).unwrap();
+    let e = start(&[], &[("PATH", empty.to_str().unwrap())]);
+    assert!(
+        e.contains("no qemu: qemu-system-x86_64 is not on PATH"),
+        "{e}"
+    );
+    assert!(e.contains("apt-get install qemu-system-x86"), "{e}");
+
+    // No kernel.
+    let e = start(&["--kernel", "/nonexistent/vmlinuz-0"], &[]);
+    assert!(
+        e.contains("no guest kernel: --kernel /nonexistent/vmlinuz-0: no such file"),
+        "{e}"
+    );
+
+    // A kernel without its modules.
+    let kernel = std::fs::read_dir("/boot")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("vmlinuz-")
+        })
+        .unwrap();
+    let nomods = tmp.path().join("nomods");
+    std::fs::create_dir(&nomods).unwrap();
+    let k = kernel.to_str().unwrap();
+    let e = start(&["--kernel", k, "--modules", nomods.to_str().unwrap()], &[]);
+    assert!(e.contains("lacks its modules"), "{e}");
+
+    // A kernel without FUSE: its module list without fuse.
+    let version = kernel.file_name().unwrap().to_string_lossy()["vmlinuz-".len()..].to_string();
+    let real = Path::new("/lib/modules").join(&version);
+    let nofuse = tmp.path().join("nofuse");
+    std::fs::create_dir(&nofuse).unwrap();
+    let dep = std::fs::read_to_string(real.join("modules.dep")).unwrap();
+    let dep: String = dep
+        .lines()
+        .filter(|l| !l.contains("fs/fuse/"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(nofuse.join("modules.dep"), dep).unwrap();
+    let e = start(&["--kernel", k, "--modules", nofuse.to_str().unwrap()], &[]);
+    assert!(
+        e.contains("lacks the fuse module (needed for Workspaces)"),
+        "{e}"
+    );
+
+    // A disk image that is not ext4.
+    let junk = tmp.path().join("junk.img");
+    std::fs::write(&junk, vec![0x5au8; 1 << 20]).unwrap();
+    let e = start(&["--disk", junk.to_str().unwrap()], &[]);
+    assert!(e.contains("not an ext4 filesystem image"), "{e}");
+    // A missing one.
+    let e = start(
+        &["--disk", tmp.path().join("none.img").to_str().unwrap()],
+        &[],
+    );
+    assert!(e.contains("--disk: no such disk image"), "{e}");
+    // A bad project name.
+    let e = vm_err(&state, &["start", "--project", "../x"], &[]);
+    assert!(e.contains("bad project name"), "{e}");
+
+    // Sandboxes inside the VM are not built yet: a clear refusal.
+    let store = tmp.path().join("store");
+    let o = Command::new(BIN)
+        .arg("--store")
+        .arg(&store)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let o = Command::new(BIN)
+        .arg("--store")
+        .arg(&store)
+        .args(["sandbox", "create", "--backend", "microvm"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("--backend microvm: Sandboxes inside a project's VM are not built yet"),
+        "{e}"
+    );
+    assert!(e.contains("strata vm start --project P"), "{e}");
+
+    assert!(
+        qemus_under(tmp.path()).is_empty(),
+        "a qemu was left running"
+    );
+    // Nothing was created for the refused starts but the VM directory.
+    assert!(!state.join("p/disk.img").exists());
+}
+
+#[test]
+fn probe_reports_the_microvm_route() {
+    require_qemu_and_kernel();
+    let o = Command::new(BIN)
+        .args(["--json", "probe", "--no-self-check"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let qemu = v["microvm.qemu"].as_str().unwrap();
+    assert!(qemu.starts_with("QEMU emulator version"), "{qemu}");
+    let k = v["microvm.kernel"].as_str().unwrap();
+    assert!(k.contains("/boot/vmlinuz-"), "{k}");
+    let vsock = v["microvm.vsock"].as_str().unwrap();
+    assert!(vsock.contains("loopback port forward"), "{vsock}");
+    assert!(v["microvm.kvm"].is_string(), "{v}");
+    assert!(v["microvm.use"].is_string(), "{v}");
+}

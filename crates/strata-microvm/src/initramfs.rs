@@ -1,0 +1,220 @@
+//! The guest's initramfs, built by strata itself: the static strata binary
+//! as `/init` plus the kernel modules the guest needs (virtio over PCI and
+//! MMIO,
+//! virtio-blk, virtio-net, the virtio console, virtio-rng (entropy for the
+//! server's token at early boot), ext4, FUSE and what
+//! `modules.dep` says they depend on), taken from the same kernel's
+//! `/lib/modules/VERSION`. `/modules.order` lists them dependencies first;
+//! the guest init loads them in that order with finit_module(2).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::cpio::CpioWriter;
+use crate::VmError;
+
+/// The modules the guest loads, by name (dependencies are added from
+/// `modules.dep`). A module the kernel has built in is simply absent.
+pub const GUEST_MODULES: &[&str] = &[
+    "virtio_pci",
+    "virtio_mmio",
+    "virtio_blk",
+    "virtio_net",
+    "virtio_console",
+    "virtio_rng",
+    "crc32c_generic",
+    "ext4",
+    "fuse",
+];
+
+/// Modules without which the guest cannot do its job: when such a module
+/// is neither in `modules.dep` nor built in (`modules.builtin`), the
+/// kernel cannot serve a Store and is refused.
+pub const REQUIRED: &[(&str, &str)] = &[
+    ("virtio_blk", "the project's disk"),
+    ("virtio_net", "the endpoint"),
+    ("virtio_console", "the control channel"),
+    ("ext4", "the project's disk"),
+    ("fuse", "Workspaces"),
+];
+
+/// A module file to load, in load order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Module {
+    pub name: String,
+    pub path: PathBuf,
+}
+
+/// The modules to load for `GUEST_MODULES`, dependencies first, from a
+/// kernel's module directory. Compressed modules (`.ko.xz`, `.ko.zst`,
+/// `.ko.gz`) are refused with a clear message: finit_module(2) takes them
+/// only with MODULE_INIT_COMPRESSED_FILE, which Debian 12's 6.1 kernel
+/// ships uncompressed anyway.
+pub fn resolve_modules(moddir: &Path) -> Result<Vec<Module>, VmError> {
+    let dep_path = moddir.join("modules.dep");
+    let dep = fs::read_to_string(&dep_path).map_err(|source| VmError::Io {
+        action: "read the kernel's module list",
+        path: dep_path.clone(),
+        source,
+    })?;
+    let builtin = fs::read_to_string(moddir.join("modules.builtin")).unwrap_or_default();
+    let mut deps = std::collections::HashMap::new();
+    for line in dep.lines() {
+        let Some((file, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let list: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+        deps.insert(module_name(file), (file.to_string(), list));
+    }
+    let is_builtin = |name: &str| {
+        builtin
+            .lines()
+            .any(|l| module_name(l) == name.replace('-', "_"))
+    };
+    let mut order = Vec::new();
+    let mut seen = BTreeSet::new();
+    for want in GUEST_MODULES {
+        match deps.get(*want) {
+            Some((file, list)) => {
+                // modules.dep lists the full closure, innermost last.
+                for d in list.iter().rev().chain(std::iter::once(file)) {
+                    let name = module_name(d);
+                    if seen.insert(name.clone()) {
+                        order.push(Module {
+                            name,
+                            path: moddir.join(d),
+                        });
+                    }
+                }
+            }
+            None if is_builtin(want) => {}
+            None => {
+                if let Some((_, why)) = REQUIRED.iter().find(|(n, _)| n == want) {
+                    return Err(VmError::KernelMissing {
+                        what: format!("the {want} module (needed for {why})"),
+                        moddir: moddir.to_path_buf(),
+                    });
+                }
+            }
+        }
+    }
+    for m in &order {
+        let s = m.path.to_string_lossy();
+        if !s.ends_with(".ko") {
+            return Err(VmError::KernelMissing {
+                what: format!("an uncompressed {} module (found {s}; decompress the kernel's modules, e.g. `xz -d`)", m.name),
+                moddir: moddir.to_path_buf(),
+            });
+        }
+    }
+    Ok(order)
+}
+
+/// `kernel/fs/ext4/ext4.ko` -> `ext4` (dashes as underscores, as the
+/// kernel names modules).
+fn module_name(path: &str) -> String {
+    let base = path.rsplit('/').next().unwrap_or(path);
+    let stem = base.split(".ko").next().unwrap_or(base);
+    stem.replace('-', "_")
+}
+
+/// Write the initramfs to `out`: `/init` (the static strata binary), the
+/// modules under `/lib/modules/`, and `/modules.order`.
+pub fn build(exe: &Path, modules: &[Module], out: &Path) -> Result<u64, VmError> {
+    let io = |action: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| VmError::Io {
+            action,
+            path,
+            source,
+        }
+    };
+    let init = fs::read(exe).map_err(io("read the strata binary for the guest", exe))?;
+    let tmp = out.with_extension("tmp");
+    let f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+    let mut w = CpioWriter::new(std::io::BufWriter::new(f));
+    let mut order = String::new();
+    let write = |w: &mut CpioWriter<_>| -> std::io::Result<()> {
+        for d in ["dev", "proc", "sys", "tmp", "mnt", "lib", "lib/modules"] {
+            w.dir(d, 0o755)?;
+        }
+        // The kernel opens /dev/console for init's stdin, stdout and
+        // stderr before init runs (init/main.c, console_on_rootfs); without
+        // the node init starts with fds 0-2 closed, and the first files it
+        // opens would become its stdout and stderr. Rust's runtime opens
+        // /dev/null for closed standard fds and aborts if it cannot, so
+        // that node is here too (devtmpfs covers both later).
+        w.char_dev("dev/console", 0o600, 5, 1)?;
+        w.char_dev("dev/null", 0o666, 1, 3)?;
+        w.file("init", 0o755, &init)?;
+        Ok(())
+    };
+    write(&mut w).map_err(io("write", &tmp))?;
+    for m in modules {
+        let data = fs::read(&m.path).map_err(io("read the kernel module", &m.path))?;
+        w.file(&format!("lib/modules/{}.ko", m.name), 0o644, &data)
+            .map_err(io("write", &tmp))?;
+        order.push_str(&m.name);
+        order.push('\n');
+    }
+    w.file("modules.order", 0o644, order.as_bytes())
+        .map_err(io("write", &tmp))?;
+    w.finish().map_err(io("write", &tmp))?;
+    fs::rename(&tmp, out).map_err(io("move into place", out))?;
+    Ok(fs::metadata(out).map(|m| m.len()).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dependencies_come_first_and_once() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(
+            d.path().join("modules.dep"),
+            "kernel/a/virtio_ring.ko:\n\
+             kernel/a/virtio.ko: kernel/a/virtio_ring.ko\n\
+             kernel/a/virtio_mmio.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
+             kernel/a/virtio_blk.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
+             kernel/a/virtio_net.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
+             kernel/a/virtio_console.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
+             kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko\n\
+             kernel/fs/jbd2/jbd2.ko:\nkernel/lib/crc16.ko:\n",
+        )
+        .unwrap();
+        fs::write(d.path().join("modules.builtin"), "kernel/fs/fuse/fuse.ko\n").unwrap();
+        let names: Vec<String> = resolve_modules(d.path())
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "virtio_ring",
+                "virtio",
+                "virtio_mmio",
+                "virtio_blk",
+                "virtio_net",
+                "virtio_console",
+                "jbd2",
+                "crc16",
+                "ext4"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_kernel_without_fuse_is_refused_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(
+            d.path().join("modules.dep"),
+            "kernel/a/virtio_blk.ko:\nkernel/a/virtio_net.ko:\nkernel/a/virtio_console.ko:\nkernel/fs/ext4/ext4.ko:\n",
+        )
+        .unwrap();
+        let e = resolve_modules(d.path()).unwrap_err().to_string();
+        assert!(e.contains("the fuse module (needed for Workspaces)"), "{e}");
+    }
+}

@@ -1,0 +1,637 @@
+//! One project's VM on the host: its directory under the state root, the
+//! ext4 disk (sparse, persistent), the lock that keeps a disk to one VM,
+//! qemu, the ready line, the endpoint, and stop.
+//!
+//! The VM directory (0700, root's): `disk.img` (unless `--disk`),
+//! `initramfs.img` and `init.bin` (the stripped strata binary), the
+//! control FIFOs `ctl.in`/`ctl.out` (qemu's `pipe` chardev, a virtio-serial
+//! port in the guest), `console.log` (the serial console), `qemu.log`
+//! (qemu's own stderr) and `endpoint.json` (0600: URL, token, pid).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::accel::{self, Accel};
+use crate::guest::{GUEST_PORT, INIT_ARG};
+use crate::initramfs;
+use crate::kernel::Kernel;
+use crate::VmError;
+
+/// What to boot and where.
+#[derive(Debug, Clone)]
+pub struct VmConfig {
+    /// Holds one directory per project (default `/var/lib/strata/vms`).
+    pub state_root: PathBuf,
+    pub project: String,
+    /// The qemu binary, a name looked up on PATH or a path.
+    pub qemu: String,
+    pub kernel: Option<PathBuf>,
+    pub modules: Option<PathBuf>,
+    pub boot_dir: PathBuf,
+    pub modules_root: PathBuf,
+    /// A disk image to use instead of the project's own `disk.img`.
+    pub disk: Option<PathBuf>,
+    /// Size of a new disk.
+    pub disk_mib: u64,
+    pub memory_mib: u64,
+    /// The static strata binary that becomes the guest's `/init`.
+    pub exe: PathBuf,
+    /// How long the guest may take from qemu's start to the ready line.
+    pub ready_timeout: Duration,
+}
+
+impl VmConfig {
+    pub fn new(state_root: PathBuf, project: &str, exe: PathBuf) -> VmConfig {
+        VmConfig {
+            state_root,
+            project: project.to_string(),
+            qemu: "qemu-system-x86_64".into(),
+            kernel: None,
+            modules: None,
+            boot_dir: "/boot".into(),
+            modules_root: "/lib/modules".into(),
+            disk: None,
+            disk_mib: 1024,
+            memory_mib: 1024,
+            exe,
+            ready_timeout: Duration::from_secs(180),
+        }
+    }
+
+    pub fn vm_dir(&self) -> PathBuf {
+        self.state_root.join(&self.project)
+    }
+
+    fn disk_path(&self) -> PathBuf {
+        self.disk
+            .clone()
+            .unwrap_or_else(|| self.vm_dir().join("disk.img"))
+    }
+}
+
+/// The default state root.
+pub fn default_state_root() -> PathBuf {
+    std::env::var_os("STRATA_VM_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/strata/vms"))
+}
+
+/// How the host reaches a running VM's server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub project: String,
+    /// `http://127.0.0.1:PORT` (the hostfwd qemu binds on the loopback).
+    pub url: String,
+    /// A bearer token of the guest's server, made at this boot.
+    pub token: String,
+    pub pid: u32,
+    pub accel: Accel,
+    pub accel_reason: String,
+    /// From qemu's start to the guest's ready line.
+    pub boot_ms: u64,
+    pub disk: PathBuf,
+    /// The guest kernel this boot used (the initramfs is `initramfs.img`
+    /// beside this file, built from the same kernel's modules).
+    #[serde(default)]
+    pub kernel: PathBuf,
+    pub console: PathBuf,
+}
+
+/// `status`: running (with its endpoint) or not.
+#[derive(Debug, Clone, Serialize)]
+pub struct VmStatus {
+    pub project: String,
+    pub running: bool,
+    pub endpoint: Option<Endpoint>,
+    pub disk: PathBuf,
+}
+
+fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VmError {
+    let path = path.to_path_buf();
+    move |source| VmError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+pub fn validate_project(p: &str) -> Result<(), VmError> {
+    let ok = !p.is_empty()
+        && p.len() <= 64
+        && p.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && p.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(VmError::BadProject(p.to_string()))
+    }
+}
+
+/// The qemu binary: a path as given, or the first match on PATH.
+pub fn find_qemu(name: &str) -> Result<PathBuf, VmError> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    if name.contains('/') {
+        return if Path::new(name).is_file() {
+            Ok(PathBuf::from(name))
+        } else {
+            Err(VmError::NoQemu {
+                binary: name.into(),
+                path: "given as a path; no such file".into(),
+            })
+        };
+    }
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(VmError::NoQemu {
+            binary: name.into(),
+            path: format!("PATH={path}"),
+        })
+}
+
+/// The ext4 superblock's magic 0xEF53 at byte 1024 + 56 (ext4(5),
+/// "The Super Block"); anything else is refused before qemu starts.
+pub fn check_ext4(path: &Path) -> Result<(), VmError> {
+    let mut f = File::open(path).map_err(io("open the disk image", path))?;
+    let mut sb = [0u8; 1024 + 58];
+    let n = f.read(&mut sb).map_err(io("read the disk image", path))?;
+    if n < sb.len() {
+        return Err(VmError::NotExt4 {
+            path: path.into(),
+            why: format!("only {n} bytes"),
+        });
+    }
+    if sb[1080..1082] != [0x53, 0xEF] {
+        return Err(VmError::NotExt4 {
+            path: path.into(),
+            why: "no ext4 superblock magic at byte 1080".into(),
+        });
+    }
+    Ok(())
+}
+
+/// A sparse file of `mib` MiB made into ext4 by mkfs.ext4 (inode tables
+/// and journal written now, so the guest does not spend its CPU on lazy
+/// initialisation).
+fn create_disk(path: &Path, mib: u64) -> Result<(), VmError> {
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("create the disk image", path))?;
+    f.set_len(mib << 20)
+        .map_err(io("size the disk image", path))?;
+    drop(f);
+    let out = Command::new("mkfs.ext4")
+        .args([
+            "-q",
+            "-F",
+            "-m",
+            "0",
+            "-E",
+            "lazy_itable_init=0,lazy_journal_init=0",
+        ])
+        .arg(path)
+        .output();
+    let fail = |message: String| {
+        let _ = fs::remove_file(path);
+        VmError::Tool {
+            command: format!("mkfs.ext4 {}", path.display()),
+            message,
+        }
+    };
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(fail(format!(
+            "{}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ))),
+        Err(e) => Err(fail(format!("{e} (install e2fsprogs)"))),
+    }
+}
+
+/// Hold the disk: flock(2) LOCK_EX|LOCK_NB on the image itself. The
+/// descriptor is inherited by qemu, so the lock lives exactly as long as
+/// the VM (flock locks belong to the open file description, flock(2)).
+fn lock_disk(cfg: &VmConfig, disk: &Path) -> Result<File, VmError> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(disk)
+        .map_err(io("open the disk image", disk))?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(VmError::DiskInUse {
+            path: disk.into(),
+            holder: holder_of(cfg, disk),
+        }),
+        Err(e) => Err(io("lock the disk image", disk)(e.into())),
+    }
+}
+
+/// Which running VM (by the endpoints in the state root) holds `disk`.
+fn holder_of(cfg: &VmConfig, disk: &Path) -> Option<u32> {
+    let disk = fs::canonicalize(disk).ok()?;
+    fs::read_dir(&cfg.state_root)
+        .ok()?
+        .flatten()
+        .filter_map(|e| read_endpoint(&e.path().join("endpoint.json")))
+        .find(|ep| fs::canonicalize(&ep.disk).ok().as_deref() == Some(&disk))
+        .map(|ep| ep.pid)
+}
+
+fn read_endpoint(p: &Path) -> Option<Endpoint> {
+    serde_json::from_slice(&fs::read(p).ok()?).ok()
+}
+
+/// Whether `pid` is a live (not zombie) qemu of this VM directory.
+fn alive(pid: u32, vm_dir: &Path) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
+    if !matches!(state, Some(Some(c)) if c != 'Z' && c != 'X') {
+        return false;
+    }
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let needle = vm_dir.to_string_lossy();
+    String::from_utf8_lossy(&cmdline).contains(needle.as_ref())
+}
+
+/// Running or not, with the endpoint when running.
+pub fn status(cfg: &VmConfig) -> Result<VmStatus, VmError> {
+    validate_project(&cfg.project)?;
+    let dir = cfg.vm_dir();
+    let endpoint = read_endpoint(&dir.join("endpoint.json")).filter(|e| alive(e.pid, &dir));
+    Ok(VmStatus {
+        project: cfg.project.clone(),
+        running: endpoint.is_some(),
+        disk: endpoint
+            .as_ref()
+            .map(|e| e.disk.clone())
+            .unwrap_or_else(|| cfg.disk_path()),
+        endpoint,
+    })
+}
+
+/// The stripped copy of the strata binary for the guest (debug symbols
+/// are most of a debug build and would be unpacked into guest RAM);
+/// rebuilt when the binary is newer. Without `strip`, the binary as is.
+pub(crate) fn guest_binary(exe: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("init.bin");
+    let newer = |a: &Path, b: &Path| {
+        let m = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
+        matches!((m(a), m(b)), (Some(x), Some(y)) if x >= y)
+    };
+    if newer(&out, exe) {
+        return out;
+    }
+    let ok = Command::new("strip")
+        .arg("-o")
+        .arg(&out)
+        .arg(exe)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        out
+    } else {
+        exe.to_path_buf()
+    }
+}
+
+/// Boot the project's VM and wait for its server; returns the endpoint
+/// and whether this call started it (false: it was running already).
+pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
+    validate_project(&cfg.project)?;
+    let qemu = find_qemu(&cfg.qemu)?;
+    let kernel = Kernel::find(
+        cfg.kernel.as_deref(),
+        cfg.modules.as_deref(),
+        &cfg.boot_dir,
+        &cfg.modules_root,
+    )?;
+    let modules = initramfs::resolve_modules(&kernel.modules)?;
+    let st = status(cfg)?;
+    if let Some(ep) = st.endpoint {
+        return Ok((ep, false));
+    }
+    let dir = cfg.vm_dir();
+    for d in [&cfg.state_root, &dir] {
+        fs::create_dir_all(d).map_err(io("create", d))?;
+        fs::set_permissions(d, fs::Permissions::from_mode(0o700)).map_err(io("chmod 700", d))?;
+    }
+    let disk = cfg.disk_path();
+    if !disk.exists() {
+        if cfg.disk.is_some() {
+            return Err(VmError::BadInput {
+                what: "--disk: no such disk image".into(),
+                path: disk,
+            });
+        }
+        create_disk(&disk, cfg.disk_mib)?;
+    }
+    check_ext4(&disk)?;
+    let lock = lock_disk(cfg, &disk)?;
+    let initrd = dir.join("initramfs.img");
+    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &initrd)?;
+    let verdict = accel::choose(
+        &qemu,
+        &kernel.image,
+        &initrd,
+        cfg.memory_mib,
+        &cfg.state_root.join("kvm-probe.json"),
+        true,
+    )
+    .expect("a verdict when a probe boot is allowed");
+    if verdict.accel == Accel::Tcg {
+        eprintln!(
+            "strata: warning: the VM of project {} runs under TCG (emulation, slow): {}",
+            cfg.project, verdict.reason
+        );
+    }
+    let port = free_port()?;
+    let (ctl_in, ctl_out) = (dir.join("ctl.in"), dir.join("ctl.out"));
+    for p in [&ctl_in, &ctl_out] {
+        let _ = fs::remove_file(p);
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            p.as_path(),
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o600),
+            0,
+        )
+        .map_err(|e| io("mkfifo", p)(e.into()))?;
+    }
+    let console = dir.join("console.log");
+    let qemu_log = dir.join("qemu.log");
+    for p in [&console, &qemu_log] {
+        File::create(p).map_err(io("create", p))?;
+        fs::set_permissions(p, fs::Permissions::from_mode(0o600)).map_err(io("chmod 600", p))?;
+    }
+    let _ = fs::remove_file(dir.join("endpoint.json"));
+    // The lock's descriptor goes to qemu (see lock_disk): clear CLOEXEC.
+    rustix::io::fcntl_setfd(lock.as_fd(), rustix::io::FdFlags::empty())
+        .map_err(|e| io("pass the disk lock to qemu", &disk)(e.into()))?;
+    let log = File::options()
+        .append(true)
+        .open(&qemu_log)
+        .map_err(io("open", &qemu_log))?;
+    let log2 = log.try_clone().map_err(io("open", &qemu_log))?;
+    let started = Instant::now();
+    let mut cmd = Command::new(&qemu);
+    cmd.args(qemu_args(cfg, &kernel, &initrd, &disk, verdict.accel, port))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        // Its own process group: a Ctrl-C at the terminal that ran
+        // `strata vm start` does not reach the VM.
+        .process_group(0);
+    let child = cmd.spawn().map_err(io("run qemu", &qemu))?;
+    drop(lock);
+    let pid = child.id();
+    let ready = wait_ready(child, &ctl_out, cfg.ready_timeout);
+    let token = match ready {
+        Ok(t) => t,
+        Err(reason) => {
+            return Err(VmError::Boot {
+                project: cfg.project.clone(),
+                reason,
+                console: tail(&console, &qemu_log),
+                log: console,
+            })
+        }
+    };
+    let ep = Endpoint {
+        project: cfg.project.clone(),
+        url: format!("http://127.0.0.1:{port}"),
+        token,
+        pid,
+        accel: verdict.accel,
+        accel_reason: verdict.reason,
+        boot_ms: started.elapsed().as_millis() as u64,
+        disk: fs::canonicalize(&disk).unwrap_or(disk),
+        kernel: kernel.image.clone(),
+        console,
+    };
+    let path = dir.join("endpoint.json");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io("write", &path))?;
+    f.write_all(&serde_json::to_vec_pretty(&ep).unwrap_or_default())
+        .map_err(io("write", &path))?;
+    Ok((ep, true))
+}
+
+fn qemu_args(
+    cfg: &VmConfig,
+    kernel: &Kernel,
+    initrd: &Path,
+    disk: &Path,
+    accel: Accel,
+    port: u16,
+) -> Vec<std::ffi::OsString> {
+    let dir = cfg.vm_dir();
+    let mut a: Vec<std::ffi::OsString> = Vec::new();
+    let mut push = |s: String| a.push(s.into());
+    push("-M".into());
+    push(crate::MACHINE.into());
+    push("-accel".into());
+    push(accel.as_str().into());
+    if accel == Accel::Kvm {
+        push("-cpu".into());
+        push("host".into());
+    }
+    for s in [
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+    ] {
+        push(s.into());
+    }
+    push("-m".into());
+    push(cfg.memory_mib.to_string());
+    push("-kernel".into());
+    push(kernel.image.display().to_string());
+    push("-initrd".into());
+    push(initrd.display().to_string());
+    push("-append".into());
+    push(format!("console=ttyS0 panic=-1 quiet -- {INIT_ARG}"));
+    push("-serial".into());
+    push(format!("file:{}", dir.join("console.log").display()));
+    push("-drive".into());
+    push(format!(
+        "id=disk,file={},format=raw,if=none,cache=writeback",
+        disk.display()
+    ));
+    push("-device".into());
+    push("virtio-blk-pci,drive=disk".into());
+    // restrict=on: the guest has no route out (slirp only delivers the
+    // forwarded port); the forward listens on the host's loopback only.
+    push("-netdev".into());
+    push(format!(
+        "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:{GUEST_PORT}"
+    ));
+    push("-device".into());
+    push("virtio-net-pci,netdev=net0".into());
+    push("-device".into());
+    push("virtio-serial-pci".into());
+    push("-chardev".into());
+    push(format!("pipe,id=ctl,path={}", dir.join("ctl").display()));
+    push("-device".into());
+    push(format!(
+        "virtserialport,chardev=ctl,name={}",
+        crate::guest::CTL_PORT_NAME
+    ));
+    // Entropy for the guest's getrandom(2) right after boot (the token).
+    push("-device".into());
+    push("virtio-rng-pci".into());
+    a
+}
+
+/// A port the kernel says is free on 127.0.0.1 now (qemu binds it a
+/// moment later; a lost race is a clear qemu error in the boot report).
+fn free_port() -> Result<u16, VmError> {
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(io("bind", Path::new("127.0.0.1:0")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(io("read the address of", Path::new("127.0.0.1:0")))
+}
+
+/// Read `ready TOKEN` (or `error: ...`) from the control channel. On any
+/// failure qemu is killed and reaped before returning.
+fn wait_ready(mut child: Child, ctl_out: &Path, timeout: Duration) -> Result<String, String> {
+    let r = (|| {
+        let mut f = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(ctl_out)
+            .map_err(|e| format!("open {}: {e}", ctl_out.display()))?;
+        let deadline = Instant::now() + timeout;
+        let mut buf = Vec::new();
+        loop {
+            let mut chunk = [0u8; 4096];
+            match f.read(&mut chunk) {
+                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+                if let Some(t) = line.strip_prefix("ready ") {
+                    return Ok(t.to_string());
+                }
+                return Err(line.strip_prefix("error: ").unwrap_or(&line).to_string());
+            }
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(format!("qemu exited ({st}) before the guest was ready"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no ready line within {} s", timeout.as_secs()));
+            }
+        }
+    })();
+    if r.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    r
+}
+
+/// The last lines of the console and qemu's own log, for a boot report.
+fn tail(console: &Path, qemu_log: &Path) -> String {
+    let last = |p: &Path, n: usize| {
+        let s = fs::read_to_string(p).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    };
+    let q = last(qemu_log, 5);
+    let c = last(console, 15);
+    if q.is_empty() {
+        c
+    } else {
+        format!("{c}\nqemu: {q}")
+    }
+}
+
+/// Ask the guest to stop (it syncs, unmounts its disk and powers off),
+/// wait for qemu to exit, then kill it if it has not after `grace`.
+/// Returns whether the guest stopped cleanly.
+pub fn stop(cfg: &VmConfig, grace: Duration) -> Result<bool, VmError> {
+    let st = status(cfg)?;
+    let Some(ep) = st.endpoint else {
+        return Err(VmError::NotRunning(cfg.project.clone()));
+    };
+    let dir = cfg.vm_dir();
+    let ctl_in = dir.join("ctl.in");
+    // qemu holds the FIFO open read-write, so this open does not block.
+    if let Ok(mut f) = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&ctl_in)
+    {
+        let _ = f.write_all(b"stop\n");
+    }
+    let deadline = Instant::now() + grace;
+    let mut clean = true;
+    while alive(ep.pid, &dir) {
+        if Instant::now() > deadline {
+            clean = false;
+            let _ = rustix::process::kill_process(
+                rustix::process::Pid::from_raw(ep.pid as i32).expect("a qemu pid is positive"),
+                rustix::process::Signal::KILL,
+            );
+            let until = Instant::now() + Duration::from_secs(10);
+            while alive(ep.pid, &dir) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for p in ["endpoint.json", "ctl.in", "ctl.out"] {
+        let _ = fs::remove_file(dir.join(p));
+    }
+    Ok(clean)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_names_are_checked() {
+        for ok in ["web", "a1", "my-proj_2"] {
+            validate_project(ok).unwrap();
+        }
+        for bad in ["", "Web", "../x", "-a", "a/b"] {
+            assert!(validate_project(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_that_is_not_ext4_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("x.img");
+        fs::write(&p, vec![0u8; 4096]).unwrap();
+        let e = check_ext4(&p).unwrap_err().to_string();
+        assert!(e.contains("not an ext4 filesystem image"), "{e}");
+    }
+}
