@@ -9,7 +9,9 @@ use crate::error::{Result, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, encode, ContentRef, FileContent, Page, PageEntry};
 use crate::objects::{self, Prepared};
+use crate::parallel;
 use crate::store::Store;
+use rayon::prelude::*;
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -36,7 +38,7 @@ impl Sink for Vec<Prepared> {
 }
 
 /// What the previous version of a file looked like, for choosing delta bases.
-struct PrevVersion {
+pub(crate) struct PrevVersion {
     /// (start offset, id, size) of every chunk, in order.
     chunks: Vec<(u64, ObjectId, u64)>,
     chunk_set: HashSet<ObjectId>,
@@ -84,6 +86,7 @@ impl Store {
             .metadata()
             .map_err(|e| StoreError::io("stat", src, e))?
             .len();
+        self.count_source_read(len);
         if len <= STREAM_THRESHOLD {
             let mut buf = Vec::with_capacity(len as usize);
             f.read_to_end(&mut buf)
@@ -119,14 +122,40 @@ impl Store {
             return Ok(FileContent::EMPTY);
         }
         let prev = self.prev_version(prev)?;
-        let mut entries = Vec::new();
-        for (off, len) in chunker::cut_points(bytes) {
-            entries.push(self.put_chunk(
-                &bytes[off..off + len],
-                off as u64,
-                prev.as_ref(),
-                batch,
-            )?);
+        // Cut, hash and compress on every core (parallel.rs); deltas against
+        // the previous version and the writes stay in order on this thread.
+        let cuts = parallel::cut_points(bytes);
+        let entries: Vec<PageEntry> = cuts
+            .par_iter()
+            .map(|&(off, len)| PageEntry {
+                id: ObjectId::hash(Kind::Chunk, &bytes[off..off + len]),
+                size: len as u64,
+            })
+            .collect();
+        let mut fresh = Vec::new();
+        let mut seen = HashSet::new();
+        for (&(off, len), e) in cuts.iter().zip(&entries) {
+            let data = &bytes[off..off + len];
+            if let Some(prev) = &prev {
+                if prev.chunk_set.contains(&e.id) {
+                    continue; // unchanged chunk, already stored
+                }
+                if let Some(base) = chunk_at(&prev.chunks, off as u64) {
+                    batch.push(self.delta_against(Kind::Chunk, e.id, data, base)?)?;
+                    continue;
+                }
+            }
+            // A chunk repeated in the file (a run of zeros) is stored once.
+            if seen.insert(e.id) {
+                fresh.push((e.id, data));
+            }
+        }
+        let prepared: Vec<Prepared> = fresh
+            .par_iter()
+            .map(|(id, data)| objects::prepare_with_id(Kind::Chunk, *id, data))
+            .collect();
+        for p in prepared {
+            batch.push(p)?;
         }
         self.finish_manifest(entries, bytes.len() as u64, prev.as_ref(), batch)
     }
@@ -159,7 +188,7 @@ impl Store {
         Ok(entry)
     }
 
-    fn delta_against(
+    pub(crate) fn delta_against(
         &self,
         kind: Kind,
         id: ObjectId,
@@ -185,7 +214,20 @@ impl Store {
     /// Build the page tree over `entries` and return the file's content.
     fn finish_manifest(
         &self,
+        entries: Vec<PageEntry>,
+        size: u64,
+        prev: Option<&PrevVersion>,
+        batch: &mut dyn Sink,
+    ) -> Result<FileContent> {
+        self.pages_from_level(entries, 0, size, prev, batch)
+    }
+
+    /// Build the page tree from level `level` up over `entries` (the
+    /// chunks when `level` is 0, else the pages of level `level - 1`).
+    pub(crate) fn pages_from_level(
+        &self,
         mut entries: Vec<PageEntry>,
+        mut level: u8,
         size: u64,
         prev: Option<&PrevVersion>,
         batch: &mut dyn Sink,
@@ -196,10 +238,15 @@ impl Store {
         if entries.len() == 1 {
             return Ok(FileContent {
                 size,
-                data: ContentRef::Chunk(entries[0].id),
+                data: match level {
+                    0 => ContentRef::Chunk(entries[0].id),
+                    l => ContentRef::Pages {
+                        root: entries[0].id,
+                        height: l - 1,
+                    },
+                },
             });
         }
-        let mut level = 0u8;
         loop {
             let runs = split_runs(entries, PAGE_MIN, PAGE_MAX, |e| {
                 chunker::page_boundary(&e.id)
