@@ -31,10 +31,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
 
-/// Above this share of the file changed, the whole file is chunked again
-/// (in parallel): reading the old manifest around every range would cost
-/// more than it saves.
-const INCREMENTAL_MAX_SHARE: u64 = 4;
+/// Above three quarters of the file changed, the whole file is chunked
+/// again (in parallel): reading the old manifest around every range would
+/// save little.
 
 /// How a file was written: what the commit of one file cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -288,7 +287,7 @@ impl Store {
             _ => (ObjectId([0; 32]), 0),
         };
         let small = !matches!(prev.data, ContentRef::Pages { .. });
-        if small || new_size == 0 || dirty_bytes > new_size / INCREMENTAL_MAX_SHARE {
+        if small || new_size == 0 || dirty_bytes.saturating_mul(4) > new_size.saturating_mul(3) {
             let c = self.write_file_from_path(src, Some(prev))?;
             return Ok((
                 c,
