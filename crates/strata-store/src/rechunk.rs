@@ -31,10 +31,6 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::rc::Rc;
 
-/// Above three quarters of the file changed, the whole file is chunked
-/// again (in parallel): reading the old manifest around every range would
-/// save little.
-
 /// How a file was written: what the commit of one file cost.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WriteStats {
@@ -287,6 +283,9 @@ impl Store {
             _ => (ObjectId([0; 32]), 0),
         };
         let small = !matches!(prev.data, ContentRef::Pages { .. });
+        // Above three quarters of the file changed, the whole file is
+        // chunked again (in parallel): reading the old manifest around
+        // every range would save little.
         if small || new_size == 0 || dirty_bytes.saturating_mul(4) > new_size.saturating_mul(3) {
             let c = self.write_file_from_path(src, Some(prev))?;
             return Ok((

@@ -92,7 +92,8 @@ fn edits_at_the_edges_and_of_the_size_commit_exactly() {
     let chunks = store.chunk_list(&base).unwrap();
     let boundary = chunks[chunks.len() / 2].0 as usize;
 
-    let cases: Vec<(&str, Box<dyn Fn(&mut Edited)>)> = vec![
+    type Case = (&'static str, Box<dyn Fn(&mut Edited)>);
+    let cases: Vec<Case> = vec![
         ("the very start", Box::new(|e| e.write(0, b"0123456789"))),
         (
             "the very end",
