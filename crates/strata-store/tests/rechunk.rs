@@ -189,6 +189,22 @@ fn sparse_and_repeated_chunks_commit_exactly() {
     }
 }
 
+#[test]
+fn a_streamed_file_has_the_ids_of_an_in_memory_one() {
+    // Over 64 MiB a file is read in 32 MiB blocks; the chunks near a
+    // block's end wait for the next block.
+    let dir = tempfile::tempdir().unwrap();
+    let store = new_store(dir.path());
+    let mut bytes = seeded_bytes(21, 70 * MIB + 4321);
+    bytes[32 * MIB - 5000..32 * MIB + 70_000].fill(0);
+    let path = dir.path().join("big");
+    std::fs::write(&path, &bytes).unwrap();
+    let streamed = store.write_file_from_path(&path, None).unwrap();
+    assert_eq!(streamed, store.write_file_bytes(&bytes, None).unwrap());
+    let back = store.read_file_range(&streamed, 0, bytes.len()).unwrap();
+    assert!(back == bytes, "the streamed file does not read back");
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Write { at: f64, len: usize, seed: u64 },
