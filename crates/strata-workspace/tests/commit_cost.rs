@@ -63,11 +63,15 @@ fn content(fx: &Fixture, path: &[u8]) -> FileContent {
 /// Commit, and return the bytes of files the commit read.
 fn commit_counting(fx: &Fixture, ws: &Workspace) -> u64 {
     let before = fx.store.source_bytes_read();
+    let t = std::time::Instant::now();
     assert!(matches!(
         ws.commit("edit").unwrap(),
         CommitOutcome::Committed(_)
     ));
-    fx.store.source_bytes_read() - before
+    let read = fx.store.source_bytes_read() - before;
+    // Reported, not asserted (no timed assertions).
+    eprintln!("commit: {read} bytes read, {:?}", t.elapsed());
+    read
 }
 
 /// The committed `big` is `want`, and has the id a full chunking gives.
