@@ -236,6 +236,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         }
     }
     drop(ts);
+    rows.extend(crate::edit_commit::run(ctx)?);
     Ok(rows)
 }
 

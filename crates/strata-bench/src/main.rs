@@ -4,6 +4,7 @@
 //! goal and whether it is met. See docs/benchmarks.md for the methodology.
 #![forbid(unsafe_code)]
 
+mod edit_commit;
 mod fs;
 mod mcp;
 mod report;

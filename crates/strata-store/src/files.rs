@@ -9,13 +9,17 @@ use crate::error::{Result, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, encode, ContentRef, FileContent, Page, PageEntry};
 use crate::objects::{self, Prepared};
+use crate::parallel;
 use crate::store::Store;
+use rayon::prelude::*;
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// Files larger than this are chunked from a stream instead of read whole.
 const STREAM_THRESHOLD: u64 = 64 << 20;
+/// Block size of the streamed read.
+const STREAM_BLOCK: usize = 32 << 20;
 /// Where prepared objects go: straight into a `Batch`, or over a channel to
 /// a writer thread (parallel snapshots).
 pub(crate) trait Sink {
@@ -36,7 +40,7 @@ impl Sink for Vec<Prepared> {
 }
 
 /// What the previous version of a file looked like, for choosing delta bases.
-struct PrevVersion {
+pub(crate) struct PrevVersion {
     /// (start offset, id, size) of every chunk, in order.
     chunks: Vec<(u64, ObjectId, u64)>,
     chunk_set: HashSet<ObjectId>,
@@ -84,27 +88,47 @@ impl Store {
             .metadata()
             .map_err(|e| StoreError::io("stat", src, e))?
             .len();
+        self.count_source_read(len);
         if len <= STREAM_THRESHOLD {
             let mut buf = Vec::with_capacity(len as usize);
             f.read_to_end(&mut buf)
                 .map_err(|e| StoreError::io("read", src, e))?;
             return self.put_file_bytes(&buf, prev, batch);
         }
+        // Larger files are read in blocks, each cut and stored on every
+        // core; the chunks within CHUNK_MAX of a block's end (where the
+        // block's end would act as the end of file) wait for the next block.
         let prev = self.prev_version(prev)?;
         let mut entries = Vec::new();
-        let mut offset = 0u64;
-        let stream = fastcdc::v2020::StreamCDC::new(
-            std::io::BufReader::with_capacity(1 << 20, f),
-            chunker::CHUNK_MIN,
-            chunker::CHUNK_AVG,
-            chunker::CHUNK_MAX,
-        );
-        for chunk in stream {
-            let chunk = chunk
-                .map_err(|e| StoreError::io("read", src, std::io::Error::other(e.to_string())))?;
-            let e = self.put_chunk(&chunk.data, offset, prev.as_ref(), batch)?;
-            offset += chunk.length as u64;
-            entries.push(e);
+        let mut seen = HashSet::new();
+        let mut buf: Vec<u8> = Vec::with_capacity(STREAM_BLOCK);
+        let (mut offset, mut eof) = (0u64, false);
+        loop {
+            while !eof && buf.len() < STREAM_BLOCK {
+                let have = buf.len();
+                buf.resize(STREAM_BLOCK, 0);
+                match f.read(&mut buf[have..]) {
+                    Ok(0) => {
+                        buf.truncate(have);
+                        eof = true;
+                    }
+                    Ok(n) => buf.truncate(have + n),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => buf.truncate(have),
+                    Err(e) => return Err(StoreError::io("read", src, e)),
+                }
+            }
+            if buf.is_empty() {
+                break;
+            }
+            let mut cuts = parallel::cut_points(&buf);
+            if !eof {
+                cuts.retain(|c| c.0 + CHUNK_MAX < buf.len());
+            }
+            let used = cuts.last().map(|c| c.0 + c.1).unwrap_or(0);
+            let e = self.put_cut_chunks(&buf, &cuts, offset, prev.as_ref(), &mut seen, batch)?;
+            entries.extend(e);
+            buf.drain(..used);
+            offset += used as u64;
         }
         self.finish_manifest(entries, offset, prev.as_ref(), batch)
     }
@@ -119,47 +143,60 @@ impl Store {
             return Ok(FileContent::EMPTY);
         }
         let prev = self.prev_version(prev)?;
-        let mut entries = Vec::new();
-        for (off, len) in chunker::cut_points(bytes) {
-            entries.push(self.put_chunk(
-                &bytes[off..off + len],
-                off as u64,
-                prev.as_ref(),
-                batch,
-            )?);
-        }
+        let cuts = parallel::cut_points(bytes);
+        let mut seen = HashSet::new();
+        let entries = self.put_cut_chunks(bytes, &cuts, 0, prev.as_ref(), &mut seen, batch)?;
         self.finish_manifest(entries, bytes.len() as u64, prev.as_ref(), batch)
     }
 
-    /// Prepare one chunk, as a delta against the previous version's chunk at
-    /// the same offset when that is smaller.
-    fn put_chunk(
+    /// Store the chunks `cuts` of `bytes` (which starts at file offset
+    /// `base`): hashed and compressed on every core (parallel.rs); deltas
+    /// against the previous version and the pushes stay in order on this
+    /// thread. `seen`: chunks already stored for this file.
+    fn put_cut_chunks(
         &self,
-        data: &[u8],
-        offset: u64,
+        bytes: &[u8],
+        cuts: &[(usize, usize)],
+        base: u64,
         prev: Option<&PrevVersion>,
+        seen: &mut HashSet<ObjectId>,
         batch: &mut dyn Sink,
-    ) -> Result<PageEntry> {
-        let id = ObjectId::hash(Kind::Chunk, data);
-        let entry = PageEntry {
-            id,
-            size: data.len() as u64,
-        };
-        if let Some(prev) = prev {
-            if prev.chunk_set.contains(&id) {
-                return Ok(entry); // unchanged chunk, already stored
+    ) -> Result<Vec<PageEntry>> {
+        let entries: Vec<PageEntry> = cuts
+            .par_iter()
+            .map(|&(off, len)| PageEntry {
+                id: ObjectId::hash(Kind::Chunk, &bytes[off..off + len]),
+                size: len as u64,
+            })
+            .collect();
+        let mut fresh = Vec::new();
+        for (&(off, len), e) in cuts.iter().zip(&entries) {
+            let data = &bytes[off..off + len];
+            if let Some(prev) = prev {
+                if prev.chunk_set.contains(&e.id) {
+                    continue; // unchanged chunk, already stored
+                }
+                if let Some(b) = chunk_at(&prev.chunks, base + off as u64) {
+                    batch.push(self.delta_against(Kind::Chunk, e.id, data, b)?)?;
+                    continue;
+                }
             }
-            if let Some(base) = chunk_at(&prev.chunks, offset) {
-                let p = self.delta_against(Kind::Chunk, id, data, base)?;
-                batch.push(p)?;
-                return Ok(entry);
+            // A chunk repeated in the file (a run of zeros) is stored once.
+            if seen.insert(e.id) {
+                fresh.push((e.id, data));
             }
         }
-        batch.push(objects::prepare_with_id(Kind::Chunk, id, data))?;
-        Ok(entry)
+        let prepared: Vec<Prepared> = fresh
+            .par_iter()
+            .map(|(id, data)| objects::prepare_with_id(Kind::Chunk, *id, data))
+            .collect();
+        for p in prepared {
+            batch.push(p)?;
+        }
+        Ok(entries)
     }
 
-    fn delta_against(
+    pub(crate) fn delta_against(
         &self,
         kind: Kind,
         id: ObjectId,
@@ -185,7 +222,20 @@ impl Store {
     /// Build the page tree over `entries` and return the file's content.
     fn finish_manifest(
         &self,
+        entries: Vec<PageEntry>,
+        size: u64,
+        prev: Option<&PrevVersion>,
+        batch: &mut dyn Sink,
+    ) -> Result<FileContent> {
+        self.pages_from_level(entries, 0, size, prev, batch)
+    }
+
+    /// Build the page tree from level `level` up over `entries` (the
+    /// chunks when `level` is 0, else the pages of level `level - 1`).
+    pub(crate) fn pages_from_level(
+        &self,
         mut entries: Vec<PageEntry>,
+        mut level: u8,
         size: u64,
         prev: Option<&PrevVersion>,
         batch: &mut dyn Sink,
@@ -196,10 +246,15 @@ impl Store {
         if entries.len() == 1 {
             return Ok(FileContent {
                 size,
-                data: ContentRef::Chunk(entries[0].id),
+                data: match level {
+                    0 => ContentRef::Chunk(entries[0].id),
+                    l => ContentRef::Pages {
+                        root: entries[0].id,
+                        height: l - 1,
+                    },
+                },
             });
         }
-        let mut level = 0u8;
         loop {
             let runs = split_runs(entries, PAGE_MIN, PAGE_MAX, |e| {
                 chunker::page_boundary(&e.id)

@@ -17,7 +17,9 @@ mod maint;
 mod meta;
 mod object;
 mod objects;
+mod parallel;
 mod progress;
+mod rechunk;
 mod refs;
 mod snapshot;
 mod sql;
@@ -35,6 +37,7 @@ pub use object::{
     Commit, ContentRef, EntryKind, FileContent, IndexEntry, Page, PageEntry, TreeEntry, TreeNode,
 };
 pub use progress::{NoProgress, Progress};
+pub use rechunk::WriteStats;
 pub use refs::{validate_name, BranchRef, Resolved};
 pub use snapshot::SnapshotReport;
 pub use store::{

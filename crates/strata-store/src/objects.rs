@@ -58,8 +58,40 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
+/// Whether `raw` looks like random bytes (compressed media, archives,
+/// encrypted data): its byte histogram is as flat as that of random bytes
+/// of its length. zstd at a negative level stores literals without entropy
+/// coding, so such a chunk could shrink only through repeated runs, which
+/// random-looking data does not have; trying costs a compression pass
+/// (about as long as hashing the chunk) for nothing. The test costs one
+/// pass over the bytes and 256 logarithms.
+fn looks_random(raw: &[u8]) -> bool {
+    if raw.len() < 1024 {
+        return false;
+    }
+    let mut hist = [0u32; 256];
+    for &b in raw {
+        hist[b as usize] += 1;
+    }
+    let n = raw.len() as f64;
+    let entropy: f64 = hist
+        .iter()
+        .filter(|&&c| c > 0)
+        .map(|&c| {
+            let p = c as f64 / n;
+            -p * p.log2()
+        })
+        .sum();
+    // The empirical entropy of n random bytes falls short of 8 bits by
+    // about 255 / (2 n ln 2) (Miller-Madow); allow twice that.
+    entropy > 8.0 - 255.0 / (n * std::f64::consts::LN_2)
+}
+
 /// The compressed bytes of `raw`, if compression makes them smaller.
 fn compress(raw: &[u8]) -> Option<Vec<u8>> {
+    if looks_random(raw) {
+        return None;
+    }
     COMPRESSOR.with(|c| {
         let mut c = c.borrow_mut();
         if c.is_none() {
@@ -354,5 +386,29 @@ impl Store {
     /// Whether an object is present.
     pub fn has_object(&self, id: &ObjectId) -> Result<bool> {
         exists(&self.reader(), id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_chunks_are_stored_raw_without_trying_zstd_and_others_compress() {
+        let mut x = 88172645463325252u64;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert!(looks_random(&random));
+        let p = prepare(Kind::Chunk, &random);
+        assert_eq!((p.enc, p.data.as_slice()), (ENC_RAW, random.as_slice()));
+        let text = b"the quick brown fox jumps over the lazy dog. ".repeat(100);
+        assert!(!looks_random(&text));
+        assert_eq!(prepare(Kind::Chunk, &text).enc, ENC_ZSTD);
     }
 }

@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     /// the open file description, not to a thread.
     pub(crate) sessions: Mutex<usize>,
     pub(crate) deltas: bool,
+    /// Bytes of source files read to store file contents (`write_file_*`).
+    pub(crate) source_read: std::sync::atomic::AtomicU64,
 }
 
 /// A Store: one directory holding one SQLite database. Cheap to clone.
@@ -194,8 +196,24 @@ impl Store {
                 lock,
                 sessions: Mutex::new(0),
                 deltas: deltas && !opts.no_deltas,
+                source_read: Default::default(),
             }),
         })
+    }
+
+    /// Bytes of source files this handle (and its clones) read to store
+    /// file contents: what a commit costs in reads, for tests and the
+    /// benchmarks.
+    pub fn source_bytes_read(&self) -> u64 {
+        self.inner
+            .source_read
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn count_source_read(&self, n: u64) {
+        self.inner
+            .source_read
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The Store's directory.

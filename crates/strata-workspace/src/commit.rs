@@ -60,14 +60,14 @@ struct BuildFrame {
 /// vanished meanwhile is skipped: the tree walk decides what is committed.
 pub(crate) fn prehash(store: &strata_store::Store, files: ToHash) -> Result<Prehashed> {
     let mut out = HashMap::new();
-    for (ino, path, origin) in files {
+    for (ino, path, origin, ranges) in files {
         let Ok(m) = std::fs::metadata(&path) else {
             continue;
         };
         let (size, mtime) = (m.size(), m.mtime() * 1_000_000_000 + m.mtime_nsec());
-        match store.write_file_from_path(&path, origin.as_ref()) {
+        match store_content(store, &path, origin.as_ref(), ranges.as_deref()) {
             Ok(c) => {
-                out.insert(ino, (c, size, mtime));
+                out.insert(ino, (c, size, mtime, ranges));
             }
             Err(e) if !path.exists() => {
                 tracing::debug!("{} vanished while hashing: {e}", path.display())
@@ -76,6 +76,20 @@ pub(crate) fn prehash(store: &strata_store::Store, files: ToHash) -> Result<Preh
         }
     }
     Ok(out)
+}
+
+/// Store an upper file's content: only its written ranges when they are
+/// known (ranges.rs), else all of it (with `origin` as the delta base).
+fn store_content(
+    store: &strata_store::Store,
+    path: &std::path::Path,
+    origin: Option<&FileContent>,
+    ranges: Option<&[(u64, u64)]>,
+) -> std::result::Result<FileContent, StoreError> {
+    match (origin, ranges) {
+        (Some(o), Some(r)) => store.write_file_edited(path, o, r).map(|(c, _)| c),
+        _ => store.write_file_from_path(path, origin),
+    }
 }
 
 /// What commit computed, applied to the state only once the branch moved.
@@ -90,11 +104,15 @@ struct Built {
 }
 
 /// Changed upper files hashed outside the state lock: inode -> (content,
-/// size and mtime sampled before hashing).
-pub(crate) type Prehashed = HashMap<u64, (FileContent, u64, i64)>;
+/// size and mtime sampled before hashing, the written ranges used).
+pub(crate) type Prehashed = HashMap<u64, (FileContent, u64, i64, Option<Ranges>)>;
 
-/// An upper file to hash outside the lock: inode, path, origin (for deltas).
-pub(crate) type ToHash = Vec<(u64, std::path::PathBuf, Option<FileContent>)>;
+/// Written ranges of an upper file, when they can be trusted (ranges.rs).
+type Ranges = Vec<(u64, u64)>;
+
+/// An upper file to hash outside the lock: inode, path, origin (for deltas
+/// and the ranges), written ranges.
+pub(crate) type ToHash = Vec<(u64, std::path::PathBuf, Option<FileContent>, Option<Ranges>)>;
 
 impl State {
     fn upper_size_mtime(&self, ino: u64) -> Result<(u64, i64)> {
@@ -114,6 +132,35 @@ impl State {
         }
         let (size, mtime) = self.upper_size_mtime(ino)?;
         Ok(size != u.origin_size || mtime != u.origin_mtime)
+    }
+
+    /// The ranges of upper file `ino` that may differ from its origin, if
+    /// every change went through the daemon (`written`, and no passthrough
+    /// writer unaccounted: open.rs marks those whole). A change seen only
+    /// by its size or mtime gives None: the whole file is read.
+    pub(crate) fn trusted_ranges(&self, ino: u64) -> Option<Ranges> {
+        match &self.node(ino).ok()?.data {
+            Data::Upper(u) if u.origin.is_some() && u.written => Some(self.journal.written(ino)),
+            _ => None,
+        }
+    }
+
+    /// The origin moved to the content just stored: forget the ranges,
+    /// unless a passthrough handle is open (a writer behind it is not
+    /// seen, so the next commit must read the whole file).
+    fn reset_ranges(&mut self, ino: u64) -> Result<()> {
+        let open_backing = self
+            .node(ino)
+            .is_ok_and(|n| n.backing.as_ref().is_some_and(|b| b.upper));
+        self.journal
+            .clear_written(ino)
+            .map_err(self.journal.err("forget written ranges"))?;
+        if open_backing {
+            self.journal
+                .note_written(ino, 0, crate::ranges::TO_END)
+                .map_err(self.journal.err("record written ranges"))?;
+        }
+        Ok(())
     }
 
     fn node_mtime(&self, ino: u64) -> Result<i64> {
@@ -414,16 +461,24 @@ impl State {
                 } else {
                     // Sample size and mtime before hashing: a write racing
                     // with the hash leaves them different, so the next
-                    // status still sees the file as changed.
+                    // status still sees the file as changed. A write
+                    // through the daemon meanwhile also moves the ranges.
                     let (size, m) = self.upper_size_mtime(ino)?;
-                    let pre = built.pre.get(&ino).filter(|p| (p.1, p.2) == (size, m));
+                    let ranges = self.trusted_ranges(ino);
+                    let pre = built
+                        .pre
+                        .get(&ino)
+                        .filter(|p| (p.1, p.2) == (size, m) && p.3 == ranges);
                     let c = match (&u.origin, self.upper_changed(ino)?) {
                         (Some(o), false) => o.clone(),
                         _ if pre.is_some() => pre.expect("checked").0.clone(),
-                        _ => self
-                            .store
-                            .write_file_from_path(&self.upper_path(ino), u.origin.as_ref())
-                            .map_err(st_err("store a changed file"))?,
+                        _ => store_content(
+                            &self.store,
+                            &self.upper_path(ino),
+                            u.origin.as_ref(),
+                            ranges.as_deref(),
+                        )
+                        .map_err(st_err("store a changed file"))?,
                     };
                     built.files.insert(ino, (c.clone(), size, m));
                     (EntryKind::File(c), m)
@@ -484,6 +539,7 @@ impl State {
                     written: false,
                 });
             }
+            self.reset_ranges(ino)?;
             self.tx(|s| s.persist(ino)).map_err(errno_err("journal"))?;
         }
         Ok(())
@@ -520,7 +576,8 @@ impl State {
                 let Data::Upper(u) = &self.node(ino).map_err(errno_err("commit"))?.data else {
                     continue;
                 };
-                out.push((ino, self.upper_path(ino), u.origin.clone()));
+                let origin = u.origin.clone();
+                out.push((ino, self.upper_path(ino), origin, self.trusted_ranges(ino)));
             }
         }
         Ok(out)
@@ -603,6 +660,7 @@ impl State {
                 u.origin_mtime = *mtime;
                 u.written = false;
             }
+            self.reset_ranges(*ino)?;
         }
         for (ino, g) in &built.groups {
             if let Ok(n) = self.node_mut(*ino) {

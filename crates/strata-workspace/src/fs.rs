@@ -382,6 +382,7 @@ impl Filesystem for WsFs {
             let r = st.tx(|s| {
                 s.copy_up(ino.0)?;
                 s.mark_written(ino.0)?;
+                s.note_written(ino.0, offset, offset.saturating_add(data.len() as u64))?;
                 let killed = kill && s.kill_suidgid(ino.0)?;
                 Ok((s.data_file(ino.0)?, killed))
             });
@@ -627,9 +628,17 @@ impl Filesystem for WsFs {
     ) {
         let f = {
             let mut st = self.st();
+            // Collapsing or inserting a range moves every byte after it.
+            let shifts =
+                mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
+            let end = match shifts {
+                true => crate::ranges::TO_END,
+                false => offset.saturating_add(length),
+            };
             match st.tx(|s| {
                 s.copy_up(ino.0)?;
                 s.mark_written(ino.0)?;
+                s.note_written(ino.0, offset, end)?;
                 s.data_file(ino.0)
             }) {
                 Ok(f) => f,

@@ -18,6 +18,7 @@
 
 use crate::error::{Result, WsError};
 use crate::node::NodeRecord;
+use crate::ranges::Ranges;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -35,6 +36,11 @@ enum Rec {
     DelNode(u64),
     Entry(u64, Vec<u8>, Option<u64>),
     DelEntry(u64, Vec<u8>),
+    /// Bytes `start..end` of an upper file may differ from its origin
+    /// (ranges.rs). Appended last: older journals still decode.
+    Written(u64, u64, u64),
+    /// The upper file's ranges are empty again (its origin moved).
+    Unwritten(u64),
 }
 
 pub(crate) struct Journal {
@@ -47,6 +53,7 @@ pub(crate) struct Journal {
     meta: BTreeMap<String, String>,
     nodes: HashMap<u64, Vec<u8>>,
     entries: BTreeMap<(u64, Vec<u8>), Option<u64>>,
+    written: HashMap<u64, Ranges>,
 }
 
 impl std::fmt::Debug for Journal {
@@ -94,6 +101,7 @@ impl Journal {
             meta: BTreeMap::new(),
             nodes: HashMap::new(),
             entries: BTreeMap::new(),
+            written: HashMap::new(),
         };
         let mut buf = Vec::new();
         j.file
@@ -139,6 +147,7 @@ impl Journal {
             }
             Rec::DelNode(ino) => {
                 self.nodes.remove(&ino);
+                self.written.remove(&ino);
                 let keys: Vec<_> = self
                     .entries
                     .range((ino, Vec::new())..(ino + 1, Vec::new()))
@@ -153,6 +162,10 @@ impl Journal {
             }
             Rec::DelEntry(p, name) => {
                 self.entries.remove(&(p, name));
+            }
+            Rec::Written(ino, a, b) => self.written.entry(ino).or_default().insert(a, b),
+            Rec::Unwritten(ino) => {
+                self.written.remove(&ino);
             }
         }
     }
@@ -171,6 +184,9 @@ impl Journal {
                 .iter()
                 .map(|((p, n), c)| Rec::Entry(*p, n.clone(), *c)),
         );
+        for (ino, r) in &self.written {
+            recs.extend(r.as_slice().iter().map(|&(a, b)| Rec::Written(*ino, a, b)));
+        }
         let mut bytes = MAGIC.to_vec();
         bytes.extend(frame(&recs));
         let tmp = self.path.with_extension("compact");
@@ -268,6 +284,32 @@ impl Journal {
         self.push(Rec::DelNode(ino))
     }
 
+    /// Record bytes `a..b` of upper file `ino` as changed since its origin
+    /// (nothing is appended when they already are).
+    pub(crate) fn note_written(&mut self, ino: u64, a: u64, b: u64) -> Io<()> {
+        if a >= b || self.written.get(&ino).is_some_and(|r| r.covers(a, b)) {
+            return Ok(());
+        }
+        self.apply(Rec::Written(ino, a, b));
+        self.push(Rec::Written(ino, a, b))
+    }
+
+    /// Forget the ranges of `ino` (its origin is now its content).
+    pub(crate) fn clear_written(&mut self, ino: u64) -> Io<()> {
+        if self.written.remove(&ino).is_none() {
+            return Ok(());
+        }
+        self.push(Rec::Unwritten(ino))
+    }
+
+    /// The changed ranges of upper file `ino` (empty if none recorded).
+    pub(crate) fn written(&self, ino: u64) -> Vec<(u64, u64)> {
+        self.written
+            .get(&ino)
+            .map(|r| r.as_slice().to_vec())
+            .unwrap_or_default()
+    }
+
     /// `child` None is a whiteout.
     pub(crate) fn put_entry(&mut self, parent: u64, name: &[u8], child: Option<u64>) -> Io<()> {
         self.entries.insert((parent, name.to_vec()), child);
@@ -331,6 +373,28 @@ mod tests {
         drop(j);
         let j = Journal::open(&p).unwrap();
         assert_eq!(j.load().unwrap().1.len(), 1);
+    }
+
+    #[test]
+    fn written_ranges_survive_reopen_and_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.log");
+        {
+            let mut j = Journal::open(&p).unwrap();
+            j.note_written(7, 100, 110).unwrap();
+            j.note_written(7, 105, 200).unwrap();
+            j.note_written(8, 0, 1).unwrap();
+            j.note_written(9, 5, 6).unwrap();
+            j.clear_written(8).unwrap();
+            j.del_node(9).unwrap();
+        }
+        // Reopening replays the log, then compacts it; a second reopen reads
+        // the snapshot.
+        for _ in 0..2 {
+            let j = Journal::open(&p).unwrap();
+            assert_eq!(j.written(7), vec![(100, 200)]);
+            assert!(j.written(8).is_empty() && j.written(9).is_empty());
+        }
     }
 
     #[test]

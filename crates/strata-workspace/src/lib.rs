@@ -19,6 +19,7 @@ mod node;
 mod open;
 mod ops;
 mod pool;
+mod ranges;
 mod state;
 mod status;
 mod workspace;

@@ -5,6 +5,7 @@
 use crate::fs::{name_bytes, new_file_data, WsFs, TTL};
 use crate::killpriv::{has_privs, may_keep_privs};
 use crate::node::{Backing, Data, NodeKind};
+use crate::ranges::TO_END;
 use crate::state::{Handle, State, R};
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyCreate,
@@ -37,8 +38,17 @@ impl WsFs {
         }
         let upper = matches!(st.node(ino)?.data, Data::Upper(_));
         let n = st.node(ino)?;
-        match &n.backing {
-            Some(b) if b.upper == upper => Ok((fh, Some(b.id.clone()))),
+        match n.backing.as_ref().map(|b| (b.upper, b.id.clone())) {
+            Some((b_upper, id)) if b_upper == upper => {
+                if write {
+                    // The kernel will not mix passthrough and served opens
+                    // of one inode, so this writer shares the backing and
+                    // its writes will not be seen: the next commit reads
+                    // the whole file (ranges.rs).
+                    st.note_written(ino, 0, TO_END)?;
+                }
+                Ok((fh, Some(id)))
+            }
             Some(_) => {
                 // Readers share the base content's cache file; a writer
                 // needs its own copy, which the kernel cannot switch to
@@ -78,6 +88,17 @@ impl WsFs {
         // file is served here (see killpriv.rs). Rare files; the cost is
         // one round trip per write to them.
         if st.killpriv && has_privs(n.perm) {
+            return None;
+        }
+        // A file with an origin (copied up, or committed since) is served
+        // here, so that commit knows which bytes were written and re-chunks
+        // only those (ranges.rs; ARCHITECTURE.md has the measurements that
+        // chose this). Readers too: the kernel makes every open of an inode
+        // share one backing, and RELEASE comes after close(2) returns, so a
+        // writer opening right after a passthrough reader would join its
+        // backing unseen. New files keep passthrough: they are chunked
+        // whole anyway.
+        if matches!(&n.data, Data::Upper(u) if u.origin.is_some()) {
             return None;
         }
         let upper = matches!(n.data, Data::Upper(_));

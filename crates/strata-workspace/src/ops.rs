@@ -3,6 +3,7 @@
 //! from the FUSE handlers in `fs.rs`.
 
 use crate::node::{now_ns, Data, Node, NodeKind, Slot, UpperInfo};
+use crate::ranges::TO_END;
 use crate::state::{check_name, io_errno, ws_errno, State, R};
 use fuser::{Errno, FileAttr, RenameFlags, TimeOrNow};
 use std::fs::{File, FileTimes};
@@ -261,6 +262,7 @@ impl State {
     /// mtime and ctime as open(2) does for an existing file.
     pub(crate) fn open_truncate(&mut self, ino: u64) -> R<()> {
         self.copy_up_truncated(ino)?;
+        self.note_written(ino, 0, TO_END)?;
         let f = self.data_file(ino)?;
         f.set_len(0).map_err(|e| io_errno("truncate", e))?;
         let now = std::time::SystemTime::now();
@@ -314,7 +316,26 @@ impl State {
             written: !copy,
         });
         n.file = None;
+        // A reused inode number may carry ranges of a file gone since.
+        self.journal
+            .clear_written(ino)
+            .map_err(|e| io_errno("journal a copy-up", e))?;
+        if !copy {
+            self.note_written(ino, 0, TO_END)?;
+        }
         self.changed(ino)
+    }
+
+    /// Record bytes `a..b` of a file as changed since its origin
+    /// (ranges.rs), before the change is made. Only upper files with an
+    /// origin keep ranges: a new file is chunked whole anyway.
+    pub(crate) fn note_written(&mut self, ino: u64, a: u64, b: u64) -> R<()> {
+        if !matches!(&self.node(ino)?.data, Data::Upper(u) if u.origin.is_some()) {
+            return Ok(());
+        }
+        self.journal
+            .note_written(ino, a, b)
+            .map_err(|e| io_errno("journal a write", e))
     }
 
     /// Note a change of an upper file's bytes that went through the daemon.
@@ -348,6 +369,9 @@ impl State {
             }
             self.copy_up(ino)?;
             let f = self.data_file(ino)?;
+            // Bytes from the smaller size on are gone or new zeros.
+            let cur = f.metadata().map_err(|e| io_errno("stat", e))?.len();
+            self.note_written(ino, cur.min(size), TO_END)?;
             f.set_len(size).map_err(|e| io_errno("truncate", e))?;
             self.mark_written(ino)?;
             // truncate(2) updates mtime and ctime (when the size changes,
