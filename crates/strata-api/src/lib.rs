@@ -53,6 +53,7 @@ pub struct ProjectList {
 #[serde(deny_unknown_fields)]
 pub struct CreateProject {
     /// `[a-z0-9][a-z0-9._-]{0,62}`, no "..".
+    #[schema(pattern = r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{0,62}$")]
     pub name: String,
     /// The first (empty) commit's message.
     #[serde(default)]
@@ -85,8 +86,11 @@ pub struct BranchList {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBranch {
+    /// `[a-z0-9][a-z0-9._-]{0,62}`, no "..".
+    #[schema(pattern = r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{0,62}$")]
     pub name: String,
     /// A branch of this project or a commit id (8 to 64 hex digits).
+    #[schema(min_length = 1)]
     pub from: String,
 }
 
@@ -167,6 +171,19 @@ pub struct PathQuery {
     pub path: Option<String>,
 }
 
+/// Query of `cat` and `stat`: a path is required.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    /// A branch of this project or a commit id.
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// Slash-separated path inside the commit.
+    #[param(min_length = 1)]
+    pub path: String,
+}
+
 /// One entry of a tree.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Entry {
@@ -220,7 +237,8 @@ pub enum Change {
         #[serde(default)]
         content_base64: Option<String>,
         /// Permission bits (default 0o644 = 420).
-        #[serde(default)]
+        #[serde(default, deserialize_with = "opt_mode")]
+        #[schema(maximum = 4095)]
         mode: Option<u32>,
     },
     /// Create or replace a symlink (the target is stored verbatim).
@@ -229,13 +247,39 @@ pub enum Change {
     Mkdir {
         path: String,
         /// Permission bits (default 0o755 = 493).
-        #[serde(default)]
+        #[serde(default, deserialize_with = "opt_mode")]
+        #[schema(maximum = 4095)]
         mode: Option<u32>,
     },
     /// Set the permission bits of an existing entry.
-    Chmod { path: String, mode: u32 },
+    Chmod {
+        path: String,
+        #[serde(deserialize_with = "mode")]
+        #[schema(maximum = 4095)]
+        mode: u32,
+    },
     /// Remove an existing entry (a directory with everything in it).
     Delete { path: String },
+}
+
+/// Permission bits as JSON Schema's `integer` means them: `420` and
+/// `420.0` alike (a number with no fraction is an integer there, and
+/// clients in languages without integers send the latter).
+fn mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    use serde::de::Error;
+    let n = f64::deserialize(d)?;
+    if n.fract() != 0.0 || !(0.0..=f64::from(u32::MAX)).contains(&n) {
+        return Err(D::Error::custom(format!(
+            "mode {n} is not a whole number of permission bits (0 to 4095, e.g. 420 for 0o644)"
+        )));
+    }
+    Ok(n as u32)
+}
+
+fn opt_mode<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    #[derive(Deserialize)]
+    struct Mode(#[serde(deserialize_with = "mode")] u32);
+    Ok(Option::<Mode>::deserialize(d)?.map(|m| m.0))
 }
 
 /// `POST /v1/projects/{project}/branches/{branch}/commits`: one commit,
@@ -244,10 +288,12 @@ pub enum Change {
 #[serde(deny_unknown_fields)]
 pub struct ChangeSet {
     /// The head the changes are based on (64 hex digits).
+    #[schema(pattern = "^[0-9a-f]{64}$")]
     pub expected_head: String,
     #[serde(default)]
     pub message: Option<String>,
     /// Applied in order; at least one.
+    #[schema(min_items = 1)]
     pub changes: Vec<Change>,
 }
 

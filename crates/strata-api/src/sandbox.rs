@@ -135,6 +135,7 @@ pub struct SandboxList {
 pub struct SandboxListQuery {
     /// `KEY=VALUE`; repeat for several (every one must match).
     #[serde(default)]
+    #[param(pattern = "^[^=]+=.*$")]
     pub label: Option<String>,
 }
 

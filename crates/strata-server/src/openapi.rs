@@ -26,6 +26,56 @@ impl Modify for Bearer {
     }
 }
 
+/// What the annotations cannot say, said once for every route: a project
+/// or branch in the path is a name (`[a-z0-9][a-z0-9._-]{0,62}`, no "..",
+/// as strata-store's `validate_name` checks; anything else is a 400), and
+/// a change names no field its operation does not have (the server refuses
+/// unknown fields with 422; utoipa does not carry serde's
+/// `deny_unknown_fields` into an internally tagged enum's variants).
+/// Schemathesis checks both (crates/strata-cli/tests/serve_schemathesis.rs).
+struct Constraints;
+
+/// The rule of project and branch names, as a regular expression.
+pub const NAME_PATTERN: &str = r"^(?!.*\.\.)[a-z0-9][a-z0-9._-]{0,62}$";
+
+impl Modify for Constraints {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::schema::{AdditionalProperties, Schema};
+        use utoipa::openapi::RefOr;
+        for item in doc.paths.paths.values_mut() {
+            let ops = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in ops.into_iter().flatten() {
+                for p in op.parameters.iter_mut().flatten() {
+                    let is_name = matches!(p.name.as_str(), "project" | "branch");
+                    if !is_name || !matches!(p.parameter_in, ParameterIn::Path) {
+                        continue;
+                    }
+                    if let Some(RefOr::T(Schema::Object(o))) = p.schema.as_mut() {
+                        o.pattern = Some(NAME_PATTERN.to_string());
+                    }
+                }
+            }
+        }
+        let Some(c) = doc.components.as_mut() else {
+            return;
+        };
+        if let Some(RefOr::T(Schema::OneOf(one))) = c.schemas.get_mut("Change") {
+            for v in one.items.iter_mut() {
+                if let RefOr::T(Schema::Object(o)) = v {
+                    o.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+                }
+            }
+        }
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -64,7 +114,7 @@ impl Modify for Bearer {
         SandboxState, SandboxWorkspace, SandboxInfo, SandboxList, ExecExit, ExecFailed,
         OutputLine, WsControl
     )),
-    modifiers(&Bearer),
+    modifiers(&Bearer, &Constraints),
     security(("bearer" = []))
 )]
 pub struct ApiDoc;

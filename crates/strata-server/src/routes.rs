@@ -563,7 +563,7 @@ pub(crate) async fn ls(
 }
 
 #[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/stat",
-    params(("project" = String, Path, description = "Project name"), PathQuery),
+    params(("project" = String, Path, description = "Project name"), FileQuery),
     responses(
         (status = 200, description = "The entry at `path`", body = Entry),
         (status = 400, description = "Bad query or path (stat needs `path`)", body = ErrorBody),
@@ -573,15 +573,16 @@ pub(crate) async fn stat(
     State(st): St,
     Extension(caller): Extension<Caller>,
     ApiPath(project): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PathQuery>,
+    ApiQuery(q): ApiQuery<FileQuery>,
 ) -> AppResult<Json<Entry>> {
     let store = st.store.clone();
     let e = blocking(move || {
-        let Some(path) = q.path.as_deref().filter(|p| !p.is_empty()) else {
+        let path = q.path.as_str();
+        if path.is_empty() {
             return Err(ApiError::invalid(
                 "stat needs ?path=PATH (a slash-separated path inside the commit)",
             ));
-        };
+        }
         let c = resolve_in(&store, &caller.scope, &project, &q.reference)?;
         Ok(entry(&entry_at(&store, c, path, &q.reference)?))
     })
@@ -632,7 +633,7 @@ fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()> {
 }
 
 #[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/cat",
-    params(("project" = String, Path, description = "Project name"), PathQuery,
+    params(("project" = String, Path, description = "Project name"), FileQuery,
            ("Range" = Option<String>, Header, description = "One byte range, `bytes=START-END`, `bytes=START-` or `bytes=-SUFFIX`")),
     responses(
         (status = 200, description = "The file's bytes", content_type = "application/octet-stream"),
@@ -645,14 +646,15 @@ pub(crate) async fn cat(
     State(st): St,
     Extension(caller): Extension<Caller>,
     ApiPath(project): ApiPath<String>,
-    ApiQuery(q): ApiQuery<PathQuery>,
+    ApiQuery(q): ApiQuery<FileQuery>,
     headers: HeaderMap,
 ) -> AppResult<Response> {
     let store = st.store.clone();
     let content = blocking(move || {
-        let Some(path) = q.path.as_deref().filter(|p| !p.is_empty()) else {
+        let path = q.path.as_str();
+        if path.is_empty() {
             return Err(ApiError::invalid("cat needs ?path=PATH of a regular file"));
-        };
+        }
         let c = resolve_in(&store, &caller.scope, &project, &q.reference)?;
         match entry_at(&store, c, path, &q.reference)?.kind {
             EntryKind::File(fc) => Ok(fc),
