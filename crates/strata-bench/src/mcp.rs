@@ -29,10 +29,10 @@ pub fn maybe_serve() {
         .map_err(|e| e.to_string())
         .and_then(|rt| {
             rt.block_on(async {
-                let store = strata_sdk::Store::open(&store)
+                let client = strata_sdk::Client::local(&store)
                     .await
                     .map_err(|e| e.to_string())?;
-                let backend = strata_mcp::Backend::local(store, Default::default());
+                let backend = strata_mcp::Backend::new(client, Default::default());
                 strata_mcp::serve_stdio(backend)
                     .await
                     .map_err(|e| e.to_string())

@@ -25,6 +25,7 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         | Command::Diff { .. }
         | Command::Ls { .. }
         | Command::Cat { .. }
+        | Command::Mcp(_)
         | Command::Sandbox(
             SandboxCmd::Create(_)
             | SandboxCmd::List { .. }
@@ -48,9 +49,6 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         Command::Serve(_) | Command::Token(_) => "it manages the server itself, on its host",
         Command::Probe(_) => "it probes this host",
         Command::Vm(_) => "it boots and stops VMs on this host",
-        Command::Mcp(_) => {
-            "`strata mcp` serves this host's Store; run it on the server's host (its HTTP form takes the server's tokens, docs/mcp.md)"
-        }
         Command::Completions { .. } => "it prints a script and needs no Store",
         Command::Ws(_)
         | Command::Sandbox(SandboxCmd::Mount(_))

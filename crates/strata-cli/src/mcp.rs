@@ -39,19 +39,29 @@ impl Authenticator for StoreTokens {
 }
 
 pub fn mcp(ctx: &Ctx, a: McpArgs) -> Result<ExitCode> {
-    // Opening the Store checks it is one before a client connects.
-    let store_dir = ctx.open()?.dir().to_path_buf();
+    if ctx.remote.is_some() && a.http.is_some() {
+        anyhow::bail!(
+            "`strata mcp --http` checks the Store's own tokens on this host; with --remote, serve MCP on stdio (the server's token then decides what the tools see), or run `strata mcp --http` on the server's host"
+        );
+    }
+    // Opening the Store checks it is one before a client connects (the
+    // server checks its own).
+    let store_dir = match ctx.remote {
+        None => Some(ctx.open()?.dir().to_path_buf()),
+        Some(_) => None,
+    };
     let rt = crate::ctx::runtime()?;
     rt.block_on(async move {
-        let store = strata_sdk::Store::open(&store_dir).await?;
+        let client = ctx.client().await?;
         let defaults = SandboxDefaults {
             daemon_exe: None,
             state_dir: crate::ctx::state_dir(),
         };
-        let backend = Backend::local(store, defaults);
+        let backend = Backend::new(client, defaults);
         match a.http {
             None => strata_mcp::serve_stdio(backend).await?,
             Some(addr) => {
+                let store_dir = store_dir.expect("--http is refused with --remote above");
                 let tokens = TokenStore::new(&store_dir);
                 if tokens.list()?.is_empty() {
                     crate::output::warn("no tokens yet: every request gets 401 until `strata token create` makes one");

@@ -153,6 +153,45 @@ fn an_agent_flow_over_stdio_lands_in_the_store_and_errors_are_tool_errors() {
 }
 
 #[test]
+fn the_agent_flow_through_a_server_with_remote() {
+    // `strata --remote unix://… mcp`: the same tools, every Store call and
+    // Sandbox through `strata serve` and its token (docs/mcp.md).
+    let sb = Sb::new();
+    demo_project(&sb);
+    let token: Value = serde_json::from_slice(&sb.ok(&["--json", "token", "create"])).unwrap();
+    let token = token["token"].as_str().unwrap().to_string();
+    let sock = sb.env.path("serve.sock");
+    let mut serve = sb
+        .cmd(&["serve", "--listen", &format!("unix:{}", sock.display())])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start strata serve");
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("listening"), "ready line: {line:?}");
+    let url = format!("unix://{}", sock.display());
+    let result = run_client(&sb, &["stdio-remote", BIN, &url, &token]);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    assert_store_after_flow(&sb, &result);
+    // --http checks this host's tokens: refused with --remote.
+    let out = Command::new(BIN)
+        .args(["--remote", &url, "mcp", "--http", "127.0.0.1:0"])
+        .env("STRATA_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("serve MCP on stdio"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_sandbox_left_open_is_closed_when_the_client_closes_stdin() {
     let sb = Sb::new();
     demo_project(&sb);

@@ -1,8 +1,8 @@
-//! Where the tools' Store calls and Sandboxes come from. Today the local
-//! Store in this process (`strata mcp --store DIR`); a server
-//! (`strata mcp --remote URL`) becomes a second variant here once the SDK
-//! has a remote client, and the tools do not change: they call only these
-//! methods and the SDK's `Sandbox`/`Workspace`/`ExecBuilder`.
+//! Where the tools' Store calls and Sandboxes come from: a
+//! [`strata_sdk::Client`], so the local Store in this process
+//! (`strata mcp --store DIR`) and a server (`strata mcp --remote URL`) are
+//! the same code; the tools call only these methods and the SDK's
+//! `Sandbox`/`Workspace`/`ExecBuilder`, which work in both modes.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ pub struct SandboxDefaults {
 /// The Store and Sandbox source of one server.
 #[derive(Debug, Clone)]
 pub struct Backend {
-    store: strata_sdk::Store,
+    client: strata_sdk::Client,
     defaults: SandboxDefaults,
 }
 
@@ -42,20 +42,22 @@ pub(crate) struct NewSandbox {
 const SCOPE_LOG_DEPTH: usize = 100_000;
 
 impl Backend {
-    /// Serve the Store `store`, opened in this process.
-    pub fn local(store: strata_sdk::Store, defaults: SandboxDefaults) -> Backend {
-        Backend { store, defaults }
+    /// Serve what `client` reaches: its local Store, or a server's (whose
+    /// token then decides what the tools see, as for every client).
+    pub fn new(client: strata_sdk::Client, defaults: SandboxDefaults) -> Backend {
+        Backend { client, defaults }
     }
 
     pub(crate) async fn create_sandbox(&self, req: NewSandbox) -> Result<Sandbox, ToolError> {
-        let mut spec = SandboxSpec::new(self.store.dir());
+        // The Client puts its own Store in the spec (a server's, remotely).
+        let mut spec = SandboxSpec::new("");
         spec.name = req.name;
         spec.labels = req.labels;
         spec.network = req.network;
         spec.limits.memory_bytes = req.memory_bytes;
         spec.daemon_exe = self.defaults.daemon_exe.clone();
         spec.state_dir = self.defaults.state_dir.clone();
-        Ok(Sandbox::create(spec).await?)
+        Ok(self.client.create_sandbox(spec).await?)
     }
 
     /// Check that `caller` may use REF `r` (`PROJECT/BRANCH` or a commit
@@ -80,9 +82,10 @@ impl Backend {
         }
         let id = r.to_ascii_lowercase();
         for p in projects {
-            for (branch, _) in self.store.branches(Some(p)).await? {
-                let log = self.store.log(&branch, SCOPE_LOG_DEPTH).await?;
-                if log.iter().any(|(c, _)| c.starts_with(&id)) {
+            for b in self.client.branches(Some(p)).await? {
+                let branch = format!("{}/{}", b.project, b.name);
+                let log = self.client.log(&branch, Some(SCOPE_LOG_DEPTH)).await?;
+                if log.iter().any(|c| c.id.starts_with(&id)) {
                     return Ok(());
                 }
             }
@@ -107,7 +110,7 @@ impl Backend {
     }
 
     pub(crate) async fn fork(&self, from: &str, new: &str) -> Result<String, ToolError> {
-        Ok(self.store.fork(from, new).await?)
+        Ok(self.client.fork(from, new).await?)
     }
 
     pub(crate) async fn log(
@@ -115,11 +118,13 @@ impl Backend {
         r: &str,
         limit: usize,
     ) -> Result<Vec<(String, String)>, ToolError> {
-        Ok(self.store.log(r, limit).await?)
+        let log = self.client.log(r, Some(limit)).await?;
+        Ok(log.into_iter().map(|c| (c.id, c.message)).collect())
     }
 
     pub(crate) async fn diff(&self, a: &str, b: &str) -> Result<Vec<(Vec<u8>, String)>, ToolError> {
-        Ok(self.store.diff(a, b).await?)
+        let d = self.client.diff(a, b).await?;
+        Ok(d.changes.into_iter().map(|c| (c.path, c.kind)).collect())
     }
 
     /// The bytes of `path` in REF `r`.
@@ -128,6 +133,6 @@ impl Backend {
         r: &str,
         path: &str,
     ) -> Result<Vec<u8>, strata_sdk::Error> {
-        self.store.read_file(r, path).await
+        self.client.read_file(r, path.as_bytes()).await
     }
 }

@@ -339,6 +339,14 @@ async def main() -> None:
                 out = {"sandbox_id": r.structured_content["sandbox_id"]}
             else:
                 out = await flow(s)
+    elif mode == "stdio-remote":
+        # `strata --remote URL mcp`: the tools reach the Store and its
+        # Sandboxes through `strata serve`, with the server's token.
+        env = {"STRATA_TOKEN": sys.argv[4]}
+        params = StdioServerParameters(command=sys.argv[2], args=["--remote", sys.argv[3], "mcp"], env=env)
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            out = await flow(s)
     elif mode == "http":
         url, token = sys.argv[2], sys.argv[3]
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
