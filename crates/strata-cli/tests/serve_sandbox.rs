@@ -141,11 +141,7 @@ fn a_sandbox_through_the_server_mounts_runs_commits_and_closes() {
     let w = if c["state"] == "exited" {
         c
     } else {
-        ok(
-            &s.get(&format!("/v1/sandboxes/{sb}/execs/{e3}/wait"), &t),
-            200,
-            "wait",
-        )
+        wait(&s, &t, &sb, &e3)
     };
     assert_eq!(w["state"], "exited", "{w}");
     assert_eq!(w["exit"]["cancelled"], true, "{w}");
@@ -238,17 +234,7 @@ fn a_scoped_token_sees_only_its_projects_sandboxes_workspaces_and_execs() {
     let sa = create_sandbox(&s, &ta, json!({"project": "a"}));
     let sbb = create_sandbox(&s, &tb, json!({"project": "b"}));
     let wb = mount(&s, &tb, &sbb, "b/main");
-    let eb = exec(
-        &s,
-        &tb,
-        &sbb,
-        json!({"argv": ["sh", "-c", "echo secret > s.txt"]}),
-    );
-    ok(
-        &s.get(&format!("/v1/sandboxes/{sbb}/execs/{eb}/wait"), &tb),
-        200,
-        "wait",
-    );
+    let eb = run_sh(&s, &tb, &sbb, "echo secret > s.txt");
 
     // B's Sandbox, Workspace and exec read as not found for A, with the
     // message of an ID that does not exist.
@@ -336,17 +322,7 @@ fn a_killed_server_finds_its_sandboxes_again_and_calls_by_id_go_on() {
     create_project(&s, &t, "p");
     let sb = create_sandbox(&s, &t, json!({"project": "p"}));
     let ws = mount(&s, &t, &sb, "p/main");
-    let e = exec(
-        &s,
-        &t,
-        &sb,
-        json!({"argv": ["sh", "-c", "echo before > f.txt"]}),
-    );
-    ok(
-        &s.get(&format!("/v1/sandboxes/{sb}/execs/{e}/wait"), &t),
-        200,
-        "wait",
-    );
+    let e = run_sh(&s, &t, &sb, "echo before > f.txt");
 
     // SIGKILL: no cleanup at all.
     s.child.kill().unwrap();

@@ -119,6 +119,22 @@ pub fn exec(s: &Server, t: &str, sb: &str, body: Value) -> String {
     v["id"].as_str().unwrap().to_string()
 }
 
+/// `GET …/execs/{eid}/wait`: the exec's state once it ended.
+pub fn wait(s: &Server, t: &str, sb: &str, eid: &str) -> Value {
+    ok(
+        &s.get(&format!("/v1/sandboxes/{sb}/execs/{eid}/wait"), t),
+        200,
+        "wait",
+    )
+}
+
+/// `sh -c SCRIPT` in the Sandbox's Workspace, waited for; its exec id.
+pub fn run_sh(s: &Server, t: &str, sb: &str, script: &str) -> String {
+    let e = exec(s, t, sb, json!({"argv": ["sh", "-c", script]}));
+    wait(s, t, sb, &e);
+    e
+}
+
 /// The NDJSON output (`?format=ndjson`): (stdout, stderr, the last line).
 pub fn ndjson_output(s: &Server, t: &str, sb: &str, eid: &str) -> (Vec<u8>, Vec<u8>, Value) {
     let r = s.get(
