@@ -8,9 +8,8 @@ mod common;
 
 use common::*;
 use std::os::unix::fs::FileExt;
-use std::process::{Command, Stdio};
 use strata_store::{BranchRef, EntryKind, FileContent, NoProgress, Store, StoreOptions, CHUNK_MAX};
-use strata_workspace::{CommitOutcome, MountOptions, Workspace, WorkspaceOptions};
+use strata_workspace::{CommitOutcome, Workspace, WorkspaceOptions};
 
 const MIB: usize = 1 << 20;
 const CHILD_ENV: &str = "STRATA_WS_COMMIT_COST_CHILD";
@@ -213,25 +212,7 @@ fn edits_at_the_edges_and_of_the_size_commit_exactly() {
 /// say "ready" and serve until killed.
 #[test]
 fn commit_cost_child_server() {
-    let Ok(spec) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let parts: Vec<&str> = spec.split('\n').collect();
-    let store = Store::open(std::path::Path::new(parts[0]), &StoreOptions::default()).unwrap();
-    let ws = Workspace::open(
-        &store,
-        parts[2],
-        std::path::Path::new(parts[1]),
-        &WorkspaceOptions::default(),
-    )
-    .unwrap();
-    let _h = ws
-        .mount(std::path::Path::new(parts[3]), &MountOptions::default())
-        .unwrap();
-    println!("ready");
-    loop {
-        std::thread::sleep(std::time::Duration::from_secs(60));
-    }
+    serve_child_if_asked(CHILD_ENV);
 }
 
 #[test]
@@ -240,44 +221,13 @@ fn written_ranges_survive_a_crash_of_the_server() {
     let ws = fx.create();
     let id = ws.id().to_string();
     drop(ws); // release the lock for the child server
-    let spec = [
-        fx.store.dir().to_str().unwrap(),
-        fx.scratch.to_str().unwrap(),
+    let mut child = spawn_child_server(
+        &fx,
         &id,
-        fx.mnt.to_str().unwrap(),
-    ]
-    .join("\n");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "commit_cost_child_server",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, spec)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mnt = fx.mnt.to_str().unwrap().to_string();
-    loop {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        if mounts
-            .lines()
-            .any(|l| l.split(' ').nth(1) == Some(mnt.as_str()))
-        {
-            break;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the child server exited before mounting"
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the child server did not mount within 60 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        "commit_cost_child_server",
+        CHILD_ENV,
+        std::time::Duration::from_secs(60),
+    );
     let off = 20 * MIB + 5;
     let f = std::fs::OpenOptions::new()
         .write(true)

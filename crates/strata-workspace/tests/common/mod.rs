@@ -157,3 +157,75 @@ pub fn renameat2(a: &Path, b: &Path, flags: u32) -> i32 {
         )
     }
 }
+
+/// The body of a crash test's child server (the test binary re-executed
+/// with `env` set to what [`spawn_child_server`] passed): open the
+/// Workspace, mount it, say "ready" and serve until killed. Returns at
+/// once in an ordinary test run (`env` unset).
+pub fn serve_child_if_asked(env: &str) {
+    let Ok(spec) = std::env::var(env) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split('\n').collect();
+    let store = Store::open(Path::new(parts[0]), &StoreOptions::default()).unwrap();
+    let ws = Workspace::open(
+        &store,
+        parts[2],
+        Path::new(parts[1]),
+        &WorkspaceOptions::default(),
+    )
+    .unwrap();
+    let _h = ws
+        .mount(Path::new(parts[3]), &MountOptions::default())
+        .unwrap();
+    println!("ready");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    }
+}
+
+/// Start this test binary again as a server of Workspace `id` of `fx`
+/// (its test `child_test` calls [`serve_child_if_asked`] with `env`), and
+/// wait until its mount appears; a process to SIGKILL for crash tests.
+pub fn spawn_child_server(
+    fx: &Fixture,
+    id: &str,
+    child_test: &str,
+    env: &str,
+    timeout: std::time::Duration,
+) -> std::process::Child {
+    let spec = [
+        fx.store.dir().to_str().unwrap(),
+        fx.scratch.to_str().unwrap(),
+        id,
+        fx.mnt.to_str().unwrap(),
+    ]
+    .join("\n");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", child_test, "--nocapture", "--test-threads=1"])
+        .env(env, spec)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + timeout;
+    let mnt = fx.mnt.to_str().unwrap().to_string();
+    loop {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        if mounts
+            .lines()
+            .any(|l| l.split(' ').nth(1) == Some(mnt.as_str()))
+        {
+            return child;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child server exited before mounting"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child server did not mount within {} s",
+            timeout.as_secs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
