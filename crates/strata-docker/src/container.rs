@@ -38,14 +38,16 @@ pub const INSIDE_ROOT: &str = "/run/strata";
 /// The one capability added.
 pub const CAP_ADD: &str = "CAP_SYS_ADMIN";
 /// Dropped from Docker's default set: raw sockets, device nodes, audit
-/// writes, binding low ports, chroot and file capabilities serve neither
-/// the daemon nor a command (which keeps no capability anyway).
+/// writes, binding low ports and file capabilities serve neither the
+/// daemon nor a command (which keeps no capability anyway). CAP_SYS_CHROOT
+/// stays: the exec helper enters the commands' shared mount namespace with
+/// setns(2), which needs it beside CAP_SYS_ADMIN (strata-sandbox
+/// `commands_ns`).
 pub const CAP_DROP: &[&str] = &[
     "CAP_NET_RAW",
     "CAP_MKNOD",
     "CAP_AUDIT_WRITE",
     "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT",
     "CAP_SETFCAP",
 ];
 /// The one security option.

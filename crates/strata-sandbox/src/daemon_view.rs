@@ -5,7 +5,7 @@
 //! A native Sandbox's init stacks a daemon-only /dev layer (with
 //! `/dev/fuse` and the list of command-only masks) on the commands' /dev
 //! (`mounts::build_view` step 4e), and the exec helper drops that layer in
-//! each command's own mount namespace (`exec::hide_dev_fuse`). A Docker
+//! the commands' mount namespace (`exec::hide_dev_fuse`, `commands_ns`). A Docker
 //! container has one /dev, made by the Engine, with `/dev/fuse` in it and
 //! no list: without this step the helper finds nothing to drop, and a
 //! command would see `/dev/fuse` and the Sandbox's private directory.

@@ -115,6 +115,14 @@ pub(crate) fn populate_dev(
                 .open(&list)
                 .and_then(|mut f| std::io::Write::write_all(&mut f, &json)),
         )?;
+        // Where the first exec pins the commands' mount namespace
+        // (crate::commands_ns); root-only like the list.
+        let ns_dir = dev.join(
+            Path::new(crate::commands_ns::NS_DIR)
+                .strip_prefix("/dev")
+                .unwrap_or(Path::new("")),
+        );
+        mkdir_p(&ns_dir, 0o700)?;
     }
     for (link, to) in [
         ("ptmx", "pts/ptmx"),

@@ -48,6 +48,8 @@ pub enum ExecError {
         message: String,
         errno: Option<i32>,
     },
+    #[error("exec: the commands' mount namespace: {message}")]
+    CommandsNamespace { message: String, errno: Option<i32> },
     #[error("exec: {0}")]
     Rlimit(#[from] RlimitError),
     #[error("exec: writing {value} to /proc/self/oom_score_adj: {source}")]
@@ -106,7 +108,7 @@ impl ExecError {
             Rlimit(RlimitError::Set { source, .. }) => source.raw_os_error(),
             Seccomp(InstallError::Install { source, .. }) => source.raw_os_error(),
             NotFound { .. } => Some(libc::ENOENT),
-            CommandMask { errno, .. } => *errno,
+            CommandMask { errno, .. } | CommandsNamespace { errno, .. } => *errno,
             _ => None,
         }
     }
@@ -394,28 +396,47 @@ fn mounts_on(path: &str) -> io::Result<usize> {
 /// If this is a Sandbox whose daemon has /dev/fuse (`SandboxConfig::dev_fuse`:
 /// a second /dev tmpfs stacked on the commands' /dev, see
 /// `mounts::build_view` step 4e; in a docker container the entrypoint
-/// stacks the same layers, see `daemon_view`), give the command a mount
-/// namespace of its own without the upper layer:
-///
-/// * `unshare(CLONE_NEWNS)` copies the daemon's view;
-/// * `MS_REC|MS_SLAVE` on `/`: Workspace mounts the daemon makes later
-///   still propagate into the command's copy (the Sandbox root is shared,
-///   see `mounts::build_view` step 7), while nothing in the command's
-///   namespace propagates back (mount_namespaces(7), "slave mounts");
-/// * the command-only masks (`SandboxConfig::command_masked_paths`), read
-///   from the upper /dev before it goes;
-/// * lazy unmount of the upper /dev, revealing the commands' /dev.
+/// stacks the same layers, see `daemon_view`), move into the commands'
+/// mount namespace, which lacks that layer: the Sandbox's one shared
+/// namespace for commands ([`crate::commands_ns`], built by the first exec
+/// with [`build_commands_view`]), or in a Sandbox too old to have one, a
+/// namespace of this command's own built the same way.
 ///
 /// Nothing happens unless /dev/fuse exists *and* /dev is stacked, so on
 /// the host (a real /dev/fuse, mode 0600) or in a Sandbox without
-/// `dev_fuse` the cost is one read of /proc/self/mountinfo.
+/// `dev_fuse` the cost is one stat (and, on the host, one read of
+/// /proc/self/mountinfo).
 fn hide_dev_fuse() -> Result<(), ExecError> {
     let err = |step: &'static str| move |e: io::Error| ExecError::HideDevFuse { step, source: e };
-    if !std::path::Path::new(DEV_FUSE).exists()
-        || mounts_on("/dev").map_err(err("reading /proc/self/mountinfo"))? < 2
-    {
+    if !std::path::Path::new(DEV_FUSE).exists() {
         return Ok(());
     }
+    if !crate::commands_ns::enter(build_commands_view)? {
+        if mounts_on("/dev").map_err(err("reading /proc/self/mountinfo"))? < 2 {
+            return Ok(());
+        }
+        build_commands_view()?;
+    }
+    if std::path::Path::new(DEV_FUSE).exists() {
+        return Err(ExecError::StillPrivileged {
+            what: "/dev/fuse still visible".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The commands' view, from the daemon's:
+///
+/// * `unshare(CLONE_NEWNS)` copies the daemon's view;
+/// * `MS_REC|MS_SLAVE` on `/`: Workspace mounts the daemon makes later
+///   still propagate into the copy (the Sandbox root is shared, see
+///   `mounts::build_view` step 7), while nothing in the copy propagates
+///   back (mount_namespaces(7), "slave mounts");
+/// * the command-only masks (`SandboxConfig::command_masked_paths`), read
+///   from the upper /dev before it goes;
+/// * lazy unmount of the upper /dev, revealing the commands' /dev.
+fn build_commands_view() -> Result<(), ExecError> {
+    let err = |step: &'static str| move |e: io::Error| ExecError::HideDevFuse { step, source: e };
     // SAFETY: rustix marks unshare unsafe because CLONE_FILES/CLONE_FS can
     // break assumptions of other threads; this process is single-threaded
     // and only a mount namespace is unshared.
@@ -430,11 +451,6 @@ fn hide_dev_fuse() -> Result<(), ExecError> {
     apply_command_masks()?;
     rustix::mount::unmount("/dev", rustix::mount::UnmountFlags::DETACH)
         .map_err(|e| err("umount2(/dev, MNT_DETACH) of the daemon's /dev")(e.into()))?;
-    if std::path::Path::new(DEV_FUSE).exists() {
-        return Err(ExecError::StillPrivileged {
-            what: "/dev/fuse still visible".into(),
-        });
-    }
     Ok(())
 }
 

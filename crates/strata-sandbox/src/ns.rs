@@ -63,7 +63,7 @@ pub struct SandboxConfig {
     pub binds: Vec<BindMount>,
     /// Bind /dev/fuse into the Sandbox's /dev for the daemon (root). Commands
     /// never see it: the privilege drop takes it away in a mount namespace
-    /// of their own (`exec::hide_dev_fuse`).
+    /// shared by all of them (`exec::hide_dev_fuse`, `commands_ns`).
     #[serde(default)]
     pub dev_fuse: bool,
     /// Paths inside the Sandbox to hide (empty read-only tmpfs over a
@@ -82,7 +82,7 @@ pub struct SandboxConfig {
     pub mountpoints: Vec<PathBuf>,
     /// Paths hidden from commands only, e.g. the native backend's state
     /// root (the Store's bind, tokens, sockets): masked like
-    /// `masked_paths`, but in each command's own mount namespace, so the
+    /// `masked_paths`, but in the commands' mount namespace, so the
     /// daemon keeps them. Carried to the exec helper in the daemon's /dev
     /// layer, so this needs `dev_fuse`; without it they are masked for
     /// everyone. Missing paths are skipped.

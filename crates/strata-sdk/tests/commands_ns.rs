@@ -1,0 +1,175 @@
+//! The commands of a Sandbox share one mount namespace, built by the first
+//! exec and entered by every later one (strata-sandbox `commands_ns`;
+//! docs/benchmarks.md, "Exec path"). Checked from inside, as the
+//! command's uid: the namespace is one and the same across execs, even
+//! when the first execs race to build it; it lacks the daemon's /dev layer
+//! (no /dev/fuse, no pin, no masks list); a Workspace the daemon mounts
+//! after it was built still reaches it, with the bytes read back from the
+//! Store after a commit; and an unmount reaches it too.
+//!
+//! Its own `main` (harness = false): the binary is re-executed as the
+//! Sandbox init, the daemon and the exec helper.
+
+use strata_sdk::{CommitOutcome, Sandbox, SandboxFilter, SandboxSpec, Store, Workspace};
+
+fn main() {
+    strata_sdk::maybe_run_internal();
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests create native Sandboxes: run them as root (CI does)"
+    );
+    let rt = tokio::runtime::Runtime::new().expect("tokio");
+    let tmp = tempfile::tempdir_in("/var/tmp").expect("tempdir");
+    let mut failed = 0;
+    macro_rules! case {
+        ($name:ident) => {{
+            let t = std::time::Instant::now();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on($name(tmp.path()))
+            }));
+            match r {
+                Ok(()) => println!("test {} ... ok ({:?})", stringify!($name), t.elapsed()),
+                Err(_) => {
+                    println!("test {} ... FAILED", stringify!($name));
+                    failed += 1;
+                }
+            }
+        }};
+    }
+    case!(racing_first_execs_build_one_namespace);
+    case!(the_namespace_lacks_the_daemon_layer);
+    case!(later_mounts_and_unmounts_reach_it);
+    rt.block_on(async {
+        let mut f = SandboxFilter::default();
+        f.labels.insert(
+            "commands-ns-test-run".into(),
+            std::process::id().to_string(),
+        );
+        for info in Sandbox::list(f).await.unwrap_or_default() {
+            if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
+                eprintln!("closing leftover Sandbox {}", sb.id());
+                let _ = sb.close_discard().await;
+            }
+        }
+    });
+    if failed > 0 {
+        eprintln!("{failed} test(s) failed");
+        std::process::exit(1);
+    }
+}
+
+async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspace) {
+    let src = dir.join(format!("src-{name}"));
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
+    let store = Store::create(dir.join(format!("store-{name}")))
+        .await
+        .unwrap();
+    store.create_project_from("p", &src).await.unwrap();
+    let spec =
+        SandboxSpec::new(store.dir()).label("commands-ns-test-run", std::process::id().to_string());
+    let sb = Sandbox::create(spec).await.expect("create a Sandbox");
+    let ws = sb.mount("p/main", None).await.expect("mount");
+    (store, sb, ws)
+}
+
+async fn sh(ws: &Workspace, script: &str) -> String {
+    let o = ws.exec(["sh", "-c", script]).output().await.expect("exec");
+    assert!(o.status.success(), "{script}: {o:?}");
+    o.stdout_str()
+}
+
+/// Eight execs started at once on a fresh Sandbox, before any has built
+/// the namespace: all run, all in the same namespace, and the ninth too.
+async fn racing_first_execs_build_one_namespace(dir: &std::path::Path) {
+    let (_store, sb, ws) = sandbox(dir, "race").await;
+    let script = "id -u; readlink /proc/self/ns/mnt";
+    let runs = futures::future::join_all((0..8).map(|_| sh(&ws, script))).await;
+    let mut seen: Vec<String> = runs.clone();
+    seen.push(sh(&ws, script).await);
+    for out in &seen {
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("1500"), "not the command's uid: {out}");
+        let ns = lines.next().unwrap_or_default();
+        assert!(ns.starts_with("mnt:["), "no namespace read: {out}");
+    }
+    seen.dedup();
+    assert_eq!(
+        seen.len(),
+        1,
+        "the execs are in different namespaces: {runs:?}"
+    );
+    ws.unmount(true).await.unwrap();
+    sb.close().await.unwrap();
+}
+
+/// What the daemon's /dev layer holds is not in the commands' /dev: not
+/// /dev/fuse, not the pinned namespace, not the list of masks. Opening
+/// them by name fails as well (not merely hidden from a listing).
+async fn the_namespace_lacks_the_daemon_layer(dir: &std::path::Path) {
+    let (_store, sb, ws) = sandbox(dir, "layer").await;
+    for _ in 0..2 {
+        let listing = sh(&ws, "ls -a /dev").await;
+        for name in ["fuse", ".strata-commands-ns", ".strata-command-masks"] {
+            assert!(
+                !listing.lines().any(|l| l == name),
+                "a command sees /dev/{name}: {listing}"
+            );
+        }
+        let o = ws
+            .exec([
+                "sh",
+                "-c",
+                "cat /dev/.strata-commands-ns/mnt; cat /dev/.strata-command-masks; \
+                 exec 3<>/dev/fuse",
+            ])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            !o.status.success(),
+            "a command opened the daemon's layer: {o:?}"
+        );
+        assert!(
+            o.stdout.is_empty(),
+            "a command read the daemon's layer: {o:?}"
+        );
+    }
+    ws.unmount(true).await.unwrap();
+    sb.close().await.unwrap();
+}
+
+/// The namespace is built by the first exec; a Workspace mounted after it
+/// is seen by the next exec (mount propagation into the slave), written
+/// there, committed and read back from the Store; after its unmount the
+/// commands no longer have it mounted.
+async fn later_mounts_and_unmounts_reach_it(dir: &std::path::Path) {
+    let (store, sb, ws) = sandbox(dir, "later").await;
+    let before = sh(&ws, "readlink /proc/self/ns/mnt").await;
+    store.fork("p/main", "p/two").await.unwrap();
+    let two = sb
+        .mount("p/two", Some("/tmp/w2"))
+        .await
+        .expect("second mount");
+    assert_eq!(sh(&ws, "cat /tmp/w2/hello.txt").await, "hello\n");
+    sh(&two, "echo from-the-command > /tmp/w2/new.txt").await;
+    match two.commit("written after the namespace").await.unwrap() {
+        CommitOutcome::Committed(_) => {}
+        other => panic!("nothing committed: {other:?}"),
+    }
+    assert_eq!(
+        store.read_file("p/two", "new.txt").await.unwrap(),
+        b"from-the-command\n"
+    );
+    two.unmount(false).await.unwrap();
+    let mounts = sh(&ws, "cat /proc/self/mountinfo").await;
+    assert!(
+        !mounts
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some("/tmp/w2")),
+        "the unmount did not reach the commands: {mounts}"
+    );
+    assert_eq!(sh(&ws, "readlink /proc/self/ns/mnt").await, before);
+    ws.unmount(true).await.unwrap();
+    sb.close().await.unwrap();
+}
