@@ -389,8 +389,11 @@ pub struct ExecCreated {
     pub pid: u32,
 }
 
-/// How an exec ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How an exec ended: the one type for it on the wire and in the SDK
+/// (`strata_sdk::ExitStatus` is this type). `strata_sandbox::Outcome` is the
+/// same fact one level down, for a process the caller waited for itself;
+/// it converts with `From`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExitInfo {
     /// Exit code, when it exited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -407,6 +410,34 @@ pub struct ExitInfo {
     /// It was cancelled because its timeout ran out.
     #[serde(default)]
     pub timed_out: bool,
+}
+
+impl ExitInfo {
+    /// Exited with code 0.
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+    /// Shell convention: the code, or 128+N for signal N (255 if neither
+    /// is known).
+    pub fn shell_code(&self) -> i32 {
+        self.code.or(self.signal.map(|s| 128 + s)).unwrap_or(255)
+    }
+}
+
+impl From<strata_sandbox::Outcome> for ExitInfo {
+    fn from(o: strata_sandbox::Outcome) -> Self {
+        let (code, signal) = match o {
+            strata_sandbox::Outcome::Exited(c) => (Some(c), None),
+            strata_sandbox::Outcome::Signaled(s) => (None, Some(s)),
+        };
+        ExitInfo {
+            code,
+            signal,
+            signal_name: signal.map(signal_name),
+            cancelled: false,
+            timed_out: false,
+        }
+    }
 }
 
 /// Why an exec never ran its program (e.g. ENOENT: not found in the

@@ -13,40 +13,9 @@ use tokio::sync::{mpsc, oneshot};
 use crate::client::DaemonClient;
 use crate::error::{Error, Result};
 
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// Exit code, if it exited.
-    pub code: Option<i32>,
-    /// Terminating signal, if a signal ended it.
-    pub signal: Option<i32>,
-    /// Name of that signal (`SIGTERM`).
-    pub signal_name: Option<String>,
-    /// Ended by [`ExecHandle::cancel`].
-    pub cancelled: bool,
-    /// Ended because its timeout ran out.
-    pub timed_out: bool,
-}
-
-impl ExitStatus {
-    /// Exited with code 0.
-    pub fn success(&self) -> bool {
-        self.code == Some(0)
-    }
-    /// Shell convention: the code, or 128+N for signal N.
-    pub fn shell_code(&self) -> i32 {
-        self.code.or(self.signal.map(|s| 128 + s)).unwrap_or(255)
-    }
-    fn from_api(e: api::ExitInfo) -> Self {
-        ExitStatus {
-            code: e.code,
-            signal: e.signal,
-            signal_name: e.signal_name,
-            cancelled: e.cancelled,
-            timed_out: e.timed_out,
-        }
-    }
-}
+/// How a command ended: the daemon's wire type itself (code or signal,
+/// cancelled, timed out), with `success()` and `shell_code()`.
+pub use strata_daemon::api::ExitInfo as ExitStatus;
 
 /// Collected result of [`ExecBuilder::output`].
 #[derive(Debug, Clone)]
@@ -153,13 +122,7 @@ impl ExecBuilder {
             exec_id: created.id.to_string(),
             stdout: Vec::new(),
             stderr: Vec::new(),
-            status: ExitStatus {
-                code: None,
-                signal: None,
-                signal_name: None,
-                cancelled: false,
-                timed_out: false,
-            },
+            status: ExitStatus::default(),
         };
         let mut stream = FrameStream::open(&self.client, &created.id, true).await?;
         while let Some(f) = stream.next().await? {
@@ -282,7 +245,7 @@ impl FrameStream {
                 return Ok(Some(match f {
                     Frame::Stdout { data, .. } => Decoded::Stdout(dec(data)?),
                     Frame::Stderr { data, .. } => Decoded::Stderr(dec(data)?),
-                    Frame::Exit { exit, .. } => Decoded::Exit(ExitStatus::from_api(exit)),
+                    Frame::Exit { exit, .. } => Decoded::Exit(exit),
                     Frame::Error { failure, .. } => Decoded::Failed(failure),
                 }));
             }
@@ -608,7 +571,7 @@ impl ExecHandle {
 
 fn status_result(id: &str, st: api::ExecStatus) -> Result<ExitStatus> {
     match (st.state, st.exit, st.failure) {
-        (api::ExecState::Exited, Some(e), _) => Ok(ExitStatus::from_api(e)),
+        (api::ExecState::Exited, Some(e), _) => Ok(e),
         (api::ExecState::Failed, _, Some(f)) => Err(exec_failed(id, f)),
         _ => Err(Error::busy(
             format!("exec {id} is still running"),
