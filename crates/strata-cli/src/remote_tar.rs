@@ -212,3 +212,68 @@ pub fn unpack(tar: &[u8], dir: &Path, preserve_privileges: bool) -> Result<Unpac
         .with_context(|| format!("writing the export into {}", dir.display()))?;
     Ok(u)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar entry with a raw name (the tar crate's builder refuses `..`,
+    /// a hostile server need not use it).
+    fn raw_entry(out: &mut Vec<u8>, name: &[u8], kind: tar::EntryType, link: &[u8], data: &[u8]) {
+        let mut h = tar::Header::new_old();
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+        h.set_entry_type(kind);
+        h.set_mode(0o644);
+        h.set_size(data.len() as u64);
+        h.set_cksum();
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    }
+
+    #[test]
+    fn a_hostile_archive_writes_nothing_outside_the_target() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let cases: Vec<Vec<u8>> = vec![
+            {
+                let mut t = Vec::new();
+                raw_entry(&mut t, b"../escape", tar::EntryType::Regular, b"", b"pwned");
+                t
+            },
+            {
+                let mut t = Vec::new();
+                let abs = outside.join("abs");
+                raw_entry(
+                    &mut t,
+                    abs.as_os_str().as_encoded_bytes(),
+                    tar::EntryType::Regular,
+                    b"",
+                    b"pwned",
+                );
+                t
+            },
+            {
+                let mut t = Vec::new();
+                let target = outside.as_os_str().as_encoded_bytes().to_vec();
+                raw_entry(&mut t, b"l", tar::EntryType::Symlink, &target, b"");
+                raw_entry(&mut t, b"l/through", tar::EntryType::Regular, b"", b"pwned");
+                t
+            },
+        ];
+        for (i, mut t) in cases.into_iter().enumerate() {
+            t.extend_from_slice(&[0u8; 1024]);
+            let target = tmp.path().join(format!("target{i}"));
+            // Refused, or the entry kept inside the target: never outside.
+            let _ = unpack(&t, &target, false);
+            assert!(!tmp.path().join("escape").exists(), "case {i}");
+            assert_eq!(
+                std::fs::read_dir(&outside).unwrap().count(),
+                0,
+                "case {i}: something was written outside the target"
+            );
+        }
+    }
+}
