@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+pub mod range;
 pub mod sandbox;
 pub use sandbox::*;
 

@@ -11,6 +11,7 @@ mod report;
 mod rootless;
 mod sandbox;
 mod server;
+mod server_load;
 mod store;
 
 use clap::Parser;

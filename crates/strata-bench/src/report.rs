@@ -58,6 +58,15 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The 99th percentile (nearest rank).
+pub fn p99(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() as f64 - 1.0) * 0.99).round() as usize]
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

@@ -5,7 +5,7 @@
 //! is unmounted. Needs root (the daemon mounts FUSE and drops commands to
 //! uid 1500), like the Sandbox itself.
 
-use crate::report::{median, ms, Row};
+use crate::report::{median, ms, p99, Row};
 use crate::Ctx;
 use anyhow::Context;
 use std::time::{Duration, Instant};
@@ -20,11 +20,6 @@ const MIB32: usize = 32 << 20;
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let rt = tokio::runtime::Runtime::new()?;
     rt.block_on(run_async(ctx))
-}
-
-fn p99(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
-    v[((v.len() as f64 - 1.0) * 0.99).round() as usize]
 }
 
 /// Run `sh -c script` in the Workspace as the Sandbox's command user and

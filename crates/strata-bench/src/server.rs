@@ -12,7 +12,9 @@
 //! in-process SDK on the same Sandbox, medians of 200 (50 with --quick);
 //! and reading a 32 MiB file of the Workspace through the relay (`cat` in
 //! the Sandbox, its output relayed as the daemon's frames) vs the SDK's
-//! `output()` of the same command, medians of 5 (3).
+//! `output()` of the same command, medians of 5 (3). The flow, the raw
+//! file route and the concurrent execs through the server are in
+//! `server_load.rs`, on the same server and Sandbox.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -52,7 +54,16 @@ fn call(r: &mut BufReader<UnixStream>, req: &[u8]) -> anyhow::Result<(u16, Vec<u
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let mut rows = branch_list(ctx)?;
-    if ctx.wants("exec through the server") || ctx.wants("32 MiB read through the relay") {
+    if [
+        "exec through the server",
+        "32 MiB read through the relay",
+        "15-call flow through the server",
+        "32 MiB file route through the relay",
+        "concurrent execs through the server",
+    ]
+    .iter()
+    .any(|w| ctx.wants(w))
+    {
         rows.extend(relay(ctx)?);
     }
     Ok(rows)
@@ -197,7 +208,12 @@ fn relay(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         &serde_json::json!({"project": "p", "labels": {"strata-bench": std::process::id().to_string()}}),
     )?;
     let id = sb["id"].as_str().unwrap_or_default().to_string();
-    let result = relay_rows(ctx, &rt, &sock, &token, &id);
+    let result = relay_rows(ctx, &rt, &sock, &token, &id).and_then(|(mut rows, ws)| {
+        rows.extend(crate::server_load::rows(
+            ctx, &rt, &store, &sock, &token, &id, &ws,
+        )?);
+        Ok(rows)
+    });
     let _ = rt.block_on(async {
         let sb = strata_sdk::Sandbox::open(&id).await?;
         sb.close_discard().await
@@ -213,7 +229,7 @@ fn relay_rows(
     sock: &std::path::Path,
     token: &str,
     id: &str,
-) -> anyhow::Result<Vec<Row>> {
+) -> anyhow::Result<(Vec<Row>, String)> {
     let ws = post(
         sock,
         token,
@@ -308,5 +324,5 @@ fn relay_rows(
             .goal(">= 1 GB/s", a >= 1.0),
         );
     }
-    Ok(rows)
+    Ok((rows, ws_id))
 }

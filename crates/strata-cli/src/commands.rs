@@ -2,7 +2,9 @@
 //! log, diff and maintenance. Each is a thin call into the library and a
 //! rendering of its result. Those that work through a server (`--remote`,
 //! docs/server.md) go through `strata_sdk::Client`, the same code path
-//! locally and remotely; the others refuse `--remote` (exit 2).
+//! locally and remotely (snapshot, `project create --from` and export
+//! carry a directory as a tar archive, remote_tar.rs); the others refuse
+//! `--remote` (exit 2).
 
 use crate::cli::{BranchCmd, Cli, Command, InitArgs, ProjectCmd};
 use crate::ctx::{default_store_path, sdk, Ctx, RemoteOpts};
@@ -18,8 +20,15 @@ use strata_store::{BranchRef, SnapshotReport, Store, StoreError, StoreOptions};
 /// Why a command cannot run through a server, or `None` if it can.
 fn local_only(cmd: &Command) -> Option<&'static str> {
     Some(match cmd {
-        Command::Project(ProjectCmd::Create { from: None, .. })
+        Command::Project(ProjectCmd::Create { .. })
         | Command::Project(ProjectCmd::List)
+        | Command::Snapshot { .. }
+        | Command::Export { .. }
+        | Command::Ws(_)
+        | Command::Exec(_)
+        | Command::ExecLogs(_)
+        | Command::ExecWait(_)
+        | Command::ExecCancel(_)
         | Command::Branch(_)
         | Command::Log { .. }
         | Command::Diff { .. }
@@ -32,14 +41,9 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
             | SandboxCmd::Inspect { .. }
             | SandboxCmd::Logs { .. }
             | SandboxCmd::Restart { .. }
-            | SandboxCmd::Rm { .. },
+            | SandboxCmd::Rm { .. }
+            | SandboxCmd::Mount(_),
         ) => return None,
-        Command::Project(ProjectCmd::Create { from: Some(_), .. }) | Command::Snapshot { .. } => {
-            "it reads a directory of this host; create the project, then commit files through the API (docs/server.md, change sets and tar import)"
-        }
-        Command::Export { .. } => {
-            "it writes a directory of this host; fetch the tar (GET /v1/projects/P/tar) instead"
-        }
         Command::Init(_) | Command::Stats | Command::Fsck | Command::Gc => {
             "the server has no route for Store maintenance; run it on the server's host"
         }
@@ -50,14 +54,6 @@ fn local_only(cmd: &Command) -> Option<&'static str> {
         Command::Probe(_) => "it probes this host",
         Command::Vm(_) => "it boots and stops VMs on this host",
         Command::Completions { .. } => "it prints a script and needs no Store",
-        Command::Ws(_)
-        | Command::Sandbox(SandboxCmd::Mount(_))
-        | Command::Exec(_)
-        | Command::ExecLogs(_)
-        | Command::ExecWait(_)
-        | Command::ExecCancel(_) => {
-            "Workspaces and execs go through a server from the SDK (strata_sdk::Client) or the API, not this command line yet"
-        }
     })
 }
 
@@ -216,6 +212,38 @@ fn snapshot_text(r: &SnapshotReport, branch: &str) -> String {
     )
 }
 
+/// [`snapshot_json`] of a snapshot through a server: the archive's
+/// counts; the server makes a commit whatever changed and does not report
+/// the Store's new objects (null).
+fn packed_json(p: &crate::remote_tar::Packed, branch: &str, commit: &str) -> serde_json::Value {
+    for w in &p.warnings {
+        warn(w);
+    }
+    json!({
+        "commit": commit,
+        "unchanged": false,
+        "branch": branch,
+        "files": p.files,
+        "dirs": p.dirs,
+        "symlinks": p.symlinks,
+        "bytes": p.bytes,
+        "new_objects": null,
+        "new_bytes": null,
+        "warnings": p.warnings,
+    })
+}
+
+/// [`snapshot_text`] of a snapshot through a server.
+fn packed_text(p: &crate::remote_tar::Packed, branch: &str, commit: &str) -> String {
+    format!(
+        "{branch} is now at {commit}\n{} files, {} directories, {} symlinks, {}; sent through the server",
+        p.files,
+        p.dirs,
+        p.symlinks,
+        human_bytes(p.bytes),
+    )
+}
+
 fn project_create(
     ctx: &Ctx,
     name: &str,
@@ -225,6 +253,28 @@ fn project_create(
     strata_store::validate_name("project", name)?;
     let branch = format!("{name}/main");
     match from {
+        Some(dir) if ctx.remote.is_some() => {
+            let msg = message.unwrap_or_else(|| format!("import {}", dir.display()));
+            let mut packed = crate::remote_tar::pack(dir)?;
+            let tar = std::mem::take(&mut packed.tar);
+            let b = branch.clone();
+            // Two commits through a server: the project's first (empty)
+            // one, then the archive on top of it.
+            let commit = sdk(ctx, |c| async move {
+                let first = c
+                    .create_project(name, &format!("create project {name}"))
+                    .await?;
+                c.import_tar(&b, &first, &msg, tar).await
+            })?;
+            let mut v = packed_json(&packed, &branch, &commit);
+            v["project"] = json!(name);
+            ctx.emit(v, || {
+                format!(
+                    "Created project {name}\n{}",
+                    packed_text(&packed, &branch, &commit)
+                )
+            })
+        }
         Some(dir) => {
             let store = ctx.open()?;
             let msg = message.unwrap_or_else(|| format!("import {}", dir.display()));
@@ -327,6 +377,18 @@ fn branch_delete(ctx: &Ctx, branch: &str) -> Result<()> {
 
 fn snapshot(ctx: &Ctx, branch: &str, dir: &Path, message: Option<String>) -> Result<()> {
     let b = BranchRef::parse(branch)?;
+    if ctx.remote.is_some() {
+        let msg = message.unwrap_or_else(|| format!("snapshot of {}", dir.display()));
+        let mut packed = crate::remote_tar::pack(dir)?;
+        let tar = std::mem::take(&mut packed.tar);
+        let commit = sdk(ctx, |c| async move {
+            let head = c.head(branch).await?;
+            c.import_tar(branch, &head, &msg, tar).await
+        })?;
+        return ctx.emit(packed_json(&packed, branch, &commit), || {
+            packed_text(&packed, branch, &commit)
+        });
+    }
     let store = ctx.open()?;
     let msg = message.unwrap_or_else(|| format!("snapshot of {}", dir.display()));
     let bar = Bar::stderr();

@@ -1,5 +1,6 @@
 //! `strata exec WS -- ARGV...` and `strata exec logs|wait|cancel EXEC`:
-//! thin arms over `strata_sdk::ExecBuilder` / `ExecHandle`.
+//! thin arms over `strata_sdk::ExecBuilder` / `ExecHandle`, on this host's
+//! Sandboxes or, with `--remote`, on the server's (docs/server.md).
 //!
 //! Exit codes: the command's code (128+N for signal N); 130 when Ctrl-C
 //! (SIGINT to strata) cancelled the exec; 125 when strata itself failed
@@ -157,7 +158,22 @@ fn status_json(id: &str, s: &ExitStatus) -> serde_json::Value {
     })
 }
 
-async fn find_ws(a: &ExecArgs, ws: &str) -> Result<Workspace> {
+/// The Workspace an exec runs in: through the server of `--remote` (its
+/// running Sandboxes are asked, `Client::find_workspace`), else in the
+/// Sandboxes of this host.
+async fn find_ws(ctx: &Ctx, a: &ExecArgs, ws: &str) -> Result<Workspace> {
+    if ctx.remote.is_some() {
+        let client = ctx.client().await?;
+        return match &a.sandbox {
+            Some(sb) => {
+                let sb = client.sandbox(sb).await?;
+                let found = sb.workspaces().await?.into_iter().find(|w| w.id() == ws);
+                found
+                    .with_context(|| format!("no Workspace {ws} is mounted in Sandbox {}", sb.id()))
+            }
+            None => Ok(client.find_workspace(ws).await?.1),
+        };
+    }
     match &a.sandbox {
         Some(sb) => {
             let sb = open(sb).await?;
@@ -170,7 +186,7 @@ async fn find_ws(a: &ExecArgs, ws: &str) -> Result<Workspace> {
 
 async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
     let ws_id = a.workspace.clone().unwrap_or_default();
-    let ws = find_ws(&a, &ws_id).await?;
+    let ws = find_ws(ctx, &a, &ws_id).await?;
     let mut b = ws.exec(a.argv.clone());
     let mut env = BTreeMap::new();
     for (k, v) in &a.env {
@@ -307,14 +323,19 @@ fn pump_output(h: &mut ExecHandle) -> Result<Pumps> {
     Ok(Pumps(vec![o, e]))
 }
 
-async fn find(id: &str) -> Result<ExecHandle> {
+/// Exec `id`: through the server of `--remote`, else in the Sandboxes of
+/// this host.
+async fn find(ctx: &Ctx, id: &str) -> Result<ExecHandle> {
+    if ctx.remote.is_some() {
+        return Ok(ctx.client().await?.find_exec(id).await?.1);
+    }
     Ok(Sandbox::find_exec(id, state_dir()).await?.1)
 }
 
-fn logs(_ctx: &Ctx, a: LogsArgs) -> Result<ExitCode> {
+fn logs(ctx: &Ctx, a: LogsArgs) -> Result<ExitCode> {
     with_runtime(
         async move {
-            let mut h = find(&a.exec).await?;
+            let mut h = find(ctx, &a.exec).await?;
             h.attach(a.follow).await?;
             pump_output(&mut h)?.finish().await;
             Ok(0)
@@ -326,7 +347,7 @@ fn logs(_ctx: &Ctx, a: LogsArgs) -> Result<ExitCode> {
 fn wait(ctx: &Ctx, a: ExecIdArg) -> Result<ExitCode> {
     with_runtime(
         async move {
-            let mut h = find(&a.exec).await?;
+            let mut h = find(ctx, &a.exec).await?;
             let s = h.wait().await?;
             ctx.emit(status_json(&a.exec, &s), || describe(&a.exec, &s))?;
             Ok(s.shell_code().clamp(0, 255) as u8)
@@ -338,7 +359,7 @@ fn wait(ctx: &Ctx, a: ExecIdArg) -> Result<ExitCode> {
 fn cancel(ctx: &Ctx, a: ExecIdArg) -> Result<ExitCode> {
     with_runtime(
         async move {
-            let mut h = find(&a.exec).await?;
+            let mut h = find(ctx, &a.exec).await?;
             let s = h.cancel().await?;
             ctx.emit(status_json(&a.exec, &s), || describe(&a.exec, &s))?;
             Ok(0)

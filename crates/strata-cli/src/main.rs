@@ -17,6 +17,7 @@ mod output;
 mod probe;
 mod progress;
 mod read;
+mod remote_tar;
 mod run;
 mod sandbox;
 mod serve;

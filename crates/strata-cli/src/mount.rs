@@ -3,7 +3,9 @@
 //! over its 0600 Unix socket; all of it in `strata_sdk::host`) and
 //! Workspaces mounted in Sandboxes (`strata ws mount SANDBOX REF`, over
 //! `strata_sdk::Sandbox`). `ws status|commit|unmount WS` look for a host
-//! mount first, then ask the running Sandboxes (IDs are unique).
+//! mount first, then ask the running Sandboxes (IDs are unique). With
+//! `--remote` the same commands act on the server's Sandboxes: a Workspace
+//! ID is looked up in the running Sandboxes the token sees.
 
 use crate::ctx::{open, runtime, state_dir, Ctx};
 use anyhow::{anyhow, Result};
@@ -130,7 +132,19 @@ pub fn mount(ctx: &Ctx, a: MountArgs) -> Result<ExitCode> {
 
 /// Workspace `id` on the host or in a running Sandbox, or the message
 /// that neither has it.
-async fn find(dirs: &HostDirs, id: &str) -> Result<Found> {
+async fn find(ctx: &Ctx, dirs: &HostDirs, id: &str) -> Result<Found> {
+    if ctx.remote.is_some() {
+        // Through a server there are no host mounts: the server's running
+        // Sandboxes are asked (`Client::find_workspace`).
+        let client = ctx.client().await?;
+        return match client.find_workspace(id).await {
+            Err(strata_sdk::Error::NotFound { .. }) => Err(anyhow!(
+                "no Workspace {id} is mounted in a running Sandbox of the server {}; list them with `strata ws list`",
+                client.describe()
+            )),
+            r => Ok(Found::Sandbox(Box::new(r?))),
+        };
+    }
     match workspaces::find(dirs, state_dir(), id).await {
         Err(strata_sdk::Error::NotFound { .. }) => Err(anyhow!(
             "no Workspace {id} is mounted on this host or in a running Sandbox; list them with `strata ws list`"
@@ -157,7 +171,11 @@ fn conflict(e: strata_sdk::Error, ws: &str, branch: &str, sandbox: Option<&str>)
 }
 
 pub async fn ws_mount(ctx: &Ctx, a: WsMountArgs) -> Result<()> {
-    let sb = open(&a.sandbox).await?;
+    let sb = if ctx.remote.is_some() {
+        ctx.client().await?.sandbox(&a.sandbox).await?
+    } else {
+        open(&a.sandbox).await?
+    };
     let ws = sb.mount(&a.reference, Some(&a.at)).await?;
     let (id, path) = (ws.id().to_string(), ws.path().to_string());
     ctx.emit(
@@ -177,8 +195,27 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
     match cmd {
         WsCmd::Mount(a) => ws_mount(ctx, a).await,
         WsCmd::List => {
-            let rows: Vec<serde_json::Value> = workspaces::list(dirs, state_dir())
-                .await?
+            let listed = if ctx.remote.is_some() {
+                // The server's Sandboxes' Workspaces (its host mounts are
+                // its host's, not served through it).
+                ctx.client()
+                    .await?
+                    .sandbox_workspaces()
+                    .await?
+                    .into_iter()
+                    .map(|(sb, w)| workspaces::Listed {
+                        workspace: w.id().to_string(),
+                        sandbox: Some(sb),
+                        mountpoint: PathBuf::from(w.path()),
+                        branch: w.branch().to_string(),
+                        alive: true,
+                        pid: None,
+                    })
+                    .collect()
+            } else {
+                workspaces::list(dirs, state_dir()).await?
+            };
+            let rows: Vec<serde_json::Value> = listed
                 .into_iter()
                 .map(|w| {
                     json!({"workspace": w.workspace, "sandbox": w.sandbox, "mountpoint": w.mountpoint,
@@ -210,7 +247,7 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             })
         }
         WsCmd::Status { workspace } => {
-            let found = find(dirs, &workspace).await?;
+            let found = find(ctx, dirs, &workspace).await?;
             let st = found.status(dirs).await?;
             let changes: Vec<(String, String)> = st
                 .changes
@@ -242,7 +279,7 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             message,
             offline,
         } => {
-            let found = find(dirs, &workspace).await?;
+            let found = find(ctx, dirs, &workspace).await?;
             let branch = found.branch().to_string();
             let sandbox = found.sandbox_id().map(str::to_string);
             let out = if offline {
@@ -265,7 +302,7 @@ async fn ws_async(ctx: &Ctx, dirs: &HostDirs, cmd: WsCmd) -> Result<()> {
             )
         }
         WsCmd::Unmount { workspace, discard } => {
-            let found = find(dirs, &workspace).await?;
+            let found = find(ctx, dirs, &workspace).await?;
             // The Store path is needed only to clean up a dead host mount.
             let store = match &found {
                 Found::Host(_) => ctx.store_path()?.to_path_buf(),

@@ -82,11 +82,30 @@ pub fn cat(ctx: &Ctx, reference: &str, path: &OsStr) -> Result<()> {
 }
 
 pub fn export(ctx: &Ctx, reference: &str, dir: &Path, opts: &ExportOptions) -> Result<()> {
-    let store = ctx.open()?;
-    let commit = store.resolve(reference)?.commit;
-    let bar = Bar::stderr();
-    let r = store.export_with(commit, dir, opts, &bar)?;
-    drop(bar);
+    let (commit, r) = if ctx.remote.is_some() {
+        // Refused before anything is fetched; then the server's tar.
+        crate::remote_tar::check_target(dir, opts.force)?;
+        let (commit, tar) = sdk(ctx, |c| async move {
+            let commit = c.resolve(reference).await?;
+            Ok((commit.clone(), c.export_tar(&commit).await?))
+        })?;
+        let u = crate::remote_tar::unpack(&tar, dir, opts.preserve_privileges)?;
+        let r = strata_store::ExportReport {
+            files: u.files,
+            dirs: u.dirs,
+            bytes: u.bytes,
+            dropped_privileges: u.dropped_privileges,
+            restored_privileges: u.restored_privileges,
+        };
+        (commit, r)
+    } else {
+        let store = ctx.open()?;
+        let commit = store.resolve(reference)?.commit;
+        let bar = Bar::stderr();
+        let r = store.export_with(commit, dir, opts, &bar)?;
+        drop(bar);
+        (commit.to_hex(), r)
+    };
     // On stderr in both modes, so a --json reader sees it in the field and
     // a person sees it whatever stdout goes to.
     if r.dropped_privileges > 0 {
@@ -103,7 +122,7 @@ pub fn export(ctx: &Ctx, reference: &str, dir: &Path, opts: &ExportOptions) -> R
     }
     ctx.emit(
         json!({
-            "commit": commit.to_hex(),
+            "commit": commit,
             "dir": dir.display().to_string(),
             "files": r.files,
             "dirs": r.dirs,

@@ -252,14 +252,11 @@ fn local_only_commands_refuse_remote_with_exit_2() {
     let url = url_of(&s);
     let stats_before = env.json(&["stats"]);
     let out = env.path("out");
-    let src = env.path("src");
     for args in [
         vec!["gc"],
         vec!["fsck"],
         vec!["stats"],
         vec!["init"],
-        vec!["snapshot", "web/main", src.to_str().unwrap()],
-        vec!["export", "web/main", out.to_str().unwrap()],
         vec!["mount", "web/main", out.to_str().unwrap()],
         vec!["run", "web/main", "--", "true"],
         vec!["serve"],
@@ -279,7 +276,7 @@ fn local_only_commands_refuse_remote_with_exit_2() {
         );
         assert!(o.1.is_empty());
     }
-    assert!(!out.exists(), "export wrote nothing");
+    assert!(!out.exists(), "mount made nothing");
     assert_eq!(env.json(&["stats"]), stats_before, "nothing changed");
 }
 

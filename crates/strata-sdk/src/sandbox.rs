@@ -44,7 +44,7 @@ pub use strata_sandbox::{Expose, Limits, Network};
 pub const DEFAULT_MOUNT: &str = "/workspace";
 /// How long a lookup by Workspace or exec ID waits for one daemon: a hung
 /// Sandbox must not hang `strata ws` / `strata exec` for all the others.
-const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const LOOKUP_TIMEOUT: Duration = Duration::from_secs(2);
 /// SIGTERM -> SIGKILL grace period of close.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// How long [`Sandbox::restart`] waits for a Sandbox whose daemon does

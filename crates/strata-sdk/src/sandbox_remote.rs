@@ -21,8 +21,12 @@ use strata_sandbox::BackendKind;
 use crate::client::DaemonClient;
 use crate::connect::{enc, Client, Inner};
 use crate::error::{Error, Result};
+use crate::exec::ExecHandle;
 use crate::remote::Remote;
-use crate::sandbox::{Place, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState};
+use crate::sandbox::{
+    Place, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState, LOOKUP_TIMEOUT,
+};
+use crate::workspace::Workspace;
 use crate::Network;
 
 /// The server's view of a Sandbox as the SDK's [`SandboxInfo`].
@@ -188,6 +192,85 @@ impl Client {
                 Ok(sandbox(r, w))
             }
         }
+    }
+}
+
+/// Which Sandbox holds a Workspace or an exec, through a server: IDs are
+/// unique across Sandboxes (as on one host), so the running Sandboxes the
+/// token sees are asked in turn (`GET /v1/sandboxes`, then each one's
+/// `/workspaces` or `/execs/{id}` through the relay); a daemon that does
+/// not answer within [`LOOKUP_TIMEOUT`] is passed over, as in-process.
+impl Client {
+    /// The running Sandboxes, opened (through a server: those the token
+    /// sees; in-process: under this client's state root).
+    async fn running_sandboxes(&self) -> Result<Vec<Sandbox>> {
+        match &self.inner {
+            Inner::Local(_) => {
+                let mut out = Vec::new();
+                for i in self.sandboxes(SandboxFilter::default()).await? {
+                    if i.state != State::Running {
+                        continue;
+                    }
+                    if let Ok(sb) =
+                        Sandbox::open_in(i.id.as_str(), self.sandbox_state.clone()).await
+                    {
+                        out.push(sb);
+                    }
+                }
+                Ok(out)
+            }
+            Inner::Remote(r) => {
+                let l: wire::SandboxList =
+                    r.call(Method::GET, "/v1/sandboxes", None::<&()>).await?;
+                Ok(l.sandboxes
+                    .into_iter()
+                    .filter(|w| w.state == wire::SandboxState::Running)
+                    .map(|w| sandbox(r, w))
+                    .collect())
+            }
+        }
+    }
+
+    /// Every Workspace mounted in a running Sandbox, with its Sandbox's ID
+    /// (Sandboxes whose daemon does not answer are left out).
+    pub async fn sandbox_workspaces(&self) -> Result<Vec<(String, Workspace)>> {
+        let mut out = Vec::new();
+        for sb in self.running_sandboxes().await? {
+            if let Ok(Ok(wss)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.workspaces()).await {
+                out.extend(wss.into_iter().map(|w| (sb.id().to_string(), w)));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The running Sandbox that has Workspace `id` mounted, and the
+    /// Workspace ([`Error::NotFound`] when none has it).
+    pub async fn find_workspace(&self, id: &str) -> Result<(Sandbox, Workspace)> {
+        for sb in self.running_sandboxes().await? {
+            if let Ok(Ok(wss)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.workspaces()).await {
+                if let Some(ws) = wss.into_iter().find(|w| w.id() == id) {
+                    return Ok((sb, ws));
+                }
+            }
+        }
+        Err(Error::not_found(
+            format!("Workspace {id} in a running Sandbox of {}", self.describe()),
+            "no running Sandbox has it mounted; list them with `strata ws list`",
+        ))
+    }
+
+    /// The running Sandbox that knows exec `id`, and a handle to it
+    /// ([`Error::NotFound`] when none does).
+    pub async fn find_exec(&self, id: &str) -> Result<(Sandbox, ExecHandle)> {
+        for sb in self.running_sandboxes().await? {
+            if let Ok(Ok(h)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.exec_by_id(id)).await {
+                return Ok((sb, h));
+            }
+        }
+        Err(Error::not_found(
+            format!("exec {id} in a running Sandbox of {}", self.describe()),
+            "no running Sandbox knows it (finished execs are kept for a while, until their Sandbox closes)",
+        ))
     }
 }
 

@@ -344,9 +344,14 @@ pub(crate) async fn ws(
     }
     let st2 = st.clone();
     Ok(upgrade
-        .on_upgrade(move |sock| session(st2, d, eid, out.into_body(), sock))
+        .on_upgrade(move |sock| session(st2, d, eid, caller.token_id, out.into_body(), sock))
         .into_response())
 }
+
+/// How often an open WebSocket re-checks its token: a revoked token ends
+/// the session within this long (close code 1008, policy violation, RFC
+/// 6455 §7.4.1), as the next plain request would be refused.
+const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One WebSocket session: output out, stdin and control in, each
 /// direction on its own task so a command that does not read its stdin
@@ -355,6 +360,7 @@ async fn session(
     st: Arc<ServerState>,
     d: Arc<Daemon>,
     eid: String,
+    token_id: String,
     out: Incoming,
     sock: WebSocket,
 ) {
@@ -429,11 +435,21 @@ async fn session(
             reason: reason.to_string().into(),
         }))
     };
+    let mut recheck = tokio::time::interval(TOKEN_RECHECK);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = &mut stop => {
                 let _ = tx.send(close(1001, "the server is shutting down")).await;
                 break;
+            }
+            _ = recheck.tick() => {
+                // A token store that cannot be read ends the session too:
+                // it could not be checked either.
+                if !st.tokens.is_live(&token_id).unwrap_or(false) {
+                    let _ = tx.send(close(1008, "the token was revoked")).await;
+                    break;
+                }
             }
             m = err_rx.recv() => {
                 // None: the client's half ended (it closed or went away).

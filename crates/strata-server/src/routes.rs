@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use axum::{Extension, Json, Router};
 use serde::de::DeserializeOwned;
+use strata_api::range::{parse_range, Unsatisfiable};
 use strata_store::{BranchRef, EntryKind, ObjectId, Store, StoreError, TreeEntry};
 
 use crate::api::*;
@@ -590,48 +591,6 @@ pub(crate) async fn stat(
     Ok(Json(e))
 }
 
-/// A single `Range: bytes=...` against `size`: `Ok(None)` = the whole
-/// file (no header, or one this server ignores, as RFC 9110 allows for
-/// multiple or malformed ranges), `Err(())` = unsatisfiable.
-fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()> {
-    let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
-        return Ok(None);
-    };
-    if spec.contains(',') {
-        return Ok(None);
-    }
-    let Some((a, b)) = spec.split_once('-') else {
-        return Ok(None);
-    };
-    let (a, b) = (a.trim(), b.trim());
-    let range = if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else {
-            return Ok(None);
-        };
-        if n == 0 {
-            return Err(());
-        }
-        (size.saturating_sub(n), size)
-    } else {
-        let Ok(start) = a.parse::<u64>() else {
-            return Ok(None);
-        };
-        let end = if b.is_empty() {
-            size
-        } else {
-            match b.parse::<u64>() {
-                Ok(e) if e >= start => e.saturating_add(1).min(size),
-                _ => return Ok(None),
-            }
-        };
-        if start >= size {
-            return Err(());
-        }
-        (start, end)
-    };
-    Ok(Some(range))
-}
-
 #[utoipa::path(get, tag = "store", path = "/v1/projects/{project}/cat",
     params(("project" = String, Path, description = "Project name"), FileQuery,
            ("Range" = Option<String>, Header, description = "One byte range, `bytes=START-END`, `bytes=START-` or `bytes=-SUFFIX`")),
@@ -669,7 +628,7 @@ pub(crate) async fn cat(
     let (status, start, end) = match parse_range(range, size) {
         Ok(None) => (StatusCode::OK, 0, size),
         Ok(Some((s, e))) => (StatusCode::PARTIAL_CONTENT, s, e),
-        Err(()) => {
+        Err(Unsatisfiable) => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 "range_not_satisfiable",
@@ -726,22 +685,4 @@ pub(crate) async fn cat(
         );
     }
     Ok(r)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_range;
-
-    #[test]
-    fn ranges_parse_like_rfc_9110() {
-        assert_eq!(parse_range(None, 10), Ok(None));
-        assert_eq!(parse_range(Some("bytes=2-4"), 10), Ok(Some((2, 5))));
-        assert_eq!(parse_range(Some("bytes=2-"), 10), Ok(Some((2, 10))));
-        assert_eq!(parse_range(Some("bytes=-3"), 10), Ok(Some((7, 10))));
-        assert_eq!(parse_range(Some("bytes=5-100"), 10), Ok(Some((5, 10))));
-        assert_eq!(parse_range(Some("bytes=10-"), 10), Err(()));
-        assert_eq!(parse_range(Some("bytes=0-1,3-4"), 10), Ok(None));
-        assert_eq!(parse_range(Some("bytes=4-2"), 10), Ok(None));
-        assert_eq!(parse_range(Some("lines=1-2"), 10), Ok(None));
-    }
 }

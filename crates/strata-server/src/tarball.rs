@@ -3,7 +3,8 @@
 //! Export (`GET /v1/projects/{project}/tar?ref=REF`) walks the tree with
 //! its own stack (no recursion on depth, ARCHITECTURE.md) on the blocking
 //! pool and streams the archive through a bounded channel, so a slow
-//! client holds a few pieces in memory, never the archive. Import
+//! client holds a few pieces in memory, never the archive; files of one
+//! link group are written once, the others as hard links to it. Import
 //! (`POST /v1/projects/{project}/branches/{branch}/tar`) makes the tar's
 //! contents the branch's whole next tree, by compare-and-swap on
 //! `expected_head`, like a change set.
@@ -95,6 +96,10 @@ fn write_tar(store: &Store, root: ObjectId, out: ChanWriter) -> std::io::Result<
     let mut b = tar::Builder::new(out);
     b.mode(tar::HeaderMode::Complete);
     let mut stack: Vec<(ObjectId, Vec<u8>)> = vec![(root, Vec::new())];
+    // Link group -> the path its first file was written at: the group's
+    // other files are hard links to it (tar(5) `1` entries), as `tar`
+    // writes hard links, so an unpacked export has them linked again.
+    let mut groups: HashMap<u64, Vec<u8>> = HashMap::new();
     let other = |e: StoreError| std::io::Error::other(e.to_string());
     while let Some((tree, prefix)) = stack.pop() {
         for e in store.list_tree(tree).map_err(other)? {
@@ -110,7 +115,16 @@ fn write_tar(store: &Store, root: ObjectId, out: ChanWriter) -> std::io::Result<
             h.set_gid(e.gid as u64);
             h.set_mtime(e.mtime_ns.max(0) as u64 / 1_000_000_000);
             match &e.kind {
+                EntryKind::File(_) if e.link_group != 0 && groups.contains_key(&e.link_group) => {
+                    h.set_entry_type(tar::EntryType::Link);
+                    h.set_size(0);
+                    let first = OsStr::from_bytes(&groups[&e.link_group]);
+                    b.append_link(&mut h, p, first)?;
+                }
                 EntryKind::File(c) => {
+                    if e.link_group != 0 {
+                        groups.insert(e.link_group, path.clone());
+                    }
                     h.set_entry_type(tar::EntryType::Regular);
                     h.set_size(c.size);
                     let r = FileReader {

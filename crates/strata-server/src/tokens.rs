@@ -237,6 +237,13 @@ impl TokenStore {
         }))
     }
 
+    /// Whether the token with id `id` is still stored (not revoked). A
+    /// stat(2) of the file when it has not changed, so long-lived streams
+    /// can ask every second.
+    pub fn is_live(&self, id: &str) -> Result<bool, TokenError> {
+        Ok(self.current()?.iter().any(|r| r.info.id == id))
+    }
+
     /// The records, re-read when the file changed since the last call.
     fn current(&self) -> Result<Vec<Record>, TokenError> {
         let path = self.path();

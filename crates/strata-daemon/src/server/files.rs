@@ -6,6 +6,7 @@
 
 use axum::http::HeaderValue;
 use futures_util::StreamExt;
+use strata_api::range::{parse_range, Unsatisfiable};
 
 use super::*;
 use crate::api::{ErrorCode, FileEntry, ListResponse, MkdirRequest, RenameRequest};
@@ -122,7 +123,7 @@ pub(super) async fn file_read(
     let (status, start, end) = match parse_range(range, size) {
         Ok(None) => (StatusCode::OK, 0, size),
         Ok(Some((s, e))) => (StatusCode::PARTIAL_CONTENT, s, e),
-        Err(()) => {
+        Err(Unsatisfiable) => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 ErrorCode::RangeNotSatisfiable,
@@ -186,49 +187,6 @@ pub(super) async fn file_read(
         );
     }
     Ok(r)
-}
-
-/// One `bytes=` range of a `size`-byte file as `[start, end)`: `Ok(None)`
-/// for no header or one this does not serve (several ranges, another
-/// unit, a malformed one: RFC 9110 §14.2 lets a server ignore those and
-/// send the whole file), `Err` for a range that starts past the end.
-pub(crate) fn parse_range(h: Option<&str>, size: u64) -> Result<Option<(u64, u64)>, ()> {
-    let Some(spec) = h.and_then(|h| h.trim().strip_prefix("bytes=")) else {
-        return Ok(None);
-    };
-    if spec.contains(',') {
-        return Ok(None);
-    }
-    let Some((a, b)) = spec.split_once('-') else {
-        return Ok(None);
-    };
-    let (a, b) = (a.trim(), b.trim());
-    let range = if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else {
-            return Ok(None);
-        };
-        if n == 0 || size == 0 {
-            return Err(());
-        }
-        (size.saturating_sub(n), size)
-    } else {
-        let Ok(start) = a.parse::<u64>() else {
-            return Ok(None);
-        };
-        let end = if b.is_empty() {
-            size
-        } else {
-            match b.parse::<u64>() {
-                Ok(e) if e >= start => e.saturating_add(1).min(size),
-                _ => return Ok(None),
-            }
-        };
-        if start >= size {
-            return Err(());
-        }
-        (start, end)
-    };
-    Ok(Some(range))
 }
 
 /// `mode=0644`: permission bits in octal, at most 0777.
@@ -407,17 +365,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ranges_and_modes_parse() {
-        assert_eq!(parse_range(None, 10), Ok(None));
-        assert_eq!(parse_range(Some("bytes=2-4"), 10), Ok(Some((2, 5))));
-        assert_eq!(parse_range(Some("bytes=2-"), 10), Ok(Some((2, 10))));
-        assert_eq!(parse_range(Some("bytes=-3"), 10), Ok(Some((7, 10))));
-        assert_eq!(parse_range(Some("bytes=5-100"), 10), Ok(Some((5, 10))));
-        assert_eq!(parse_range(Some("bytes=10-"), 10), Err(()));
-        assert_eq!(parse_range(Some("bytes=-1"), 0), Err(()));
-        assert_eq!(parse_range(Some("bytes=0-1,3-4"), 10), Ok(None));
-        assert_eq!(parse_range(Some("bytes=4-2"), 10), Ok(None));
-        assert_eq!(parse_range(Some("lines=1-2"), 10), Ok(None));
+    fn modes_parse() {
         assert_eq!(parse_mode("0644").unwrap(), 0o644);
         assert_eq!(parse_mode("755").unwrap(), 0o755);
         for bad in ["", "8", "01000", "4755", "-1", "0x1"] {
