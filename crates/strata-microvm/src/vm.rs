@@ -344,8 +344,9 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
     }
     check_ext4(&disk)?;
     let lock = lock_disk(cfg, &disk)?;
+    let userland = crate::userland::Userland::of_host(Path::new("/"))?;
     let initrd = dir.join("initramfs.img");
-    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &initrd)?;
+    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &userland, &initrd)?;
     let verdict = accel::choose(
         &qemu,
         &kernel.image,
@@ -392,6 +393,7 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
     let started = Instant::now();
     let mut cmd = Command::new(&qemu);
     cmd.args(qemu_args(cfg, &kernel, &initrd, &disk, verdict.accel, port))
+        .args(userland.qemu_args())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
