@@ -106,6 +106,9 @@ pub struct SandboxSpec {
     /// host Workspaces' scratch and run directories; not supported by the
     /// docker backend yet.
     pub expose: Vec<Expose>,
+    /// Run in this project's microVM ([`crate::microvm`]), started if
+    /// needed: a native Sandbox inside the VM, reached through its server.
+    pub microvm: Option<crate::microvm::MicroVm>,
 }
 
 impl SandboxSpec {
@@ -125,6 +128,7 @@ impl SandboxSpec {
             docker_image: None,
             expose: Vec::new(),
             project: None,
+            microvm: None,
         }
     }
     /// Show the host path `path` to commands, read-only (`writable`:
@@ -530,6 +534,7 @@ impl Sandbox {
                 out.push(sb);
             }
         }
+        out.extend(crate::microvm::running(None).await);
         Ok(out)
     }
 
