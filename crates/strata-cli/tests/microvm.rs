@@ -350,28 +350,14 @@ fn bad_input_is_a_clear_error_and_starts_nothing() {
     let e = vm_err(&state, &["start", "--project", "../x"], &[]);
     assert!(e.contains("bad project name"), "{e}");
 
-    // Sandboxes inside the VM are not built yet: a clear refusal.
-    let store = tmp.path().join("store");
+    // A Sandbox in a VM names its project.
     let o = Command::new(BIN)
-        .arg("--store")
-        .arg(&store)
-        .arg("init")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{o:?}");
-    let o = Command::new(BIN)
-        .arg("--store")
-        .arg(&store)
         .args(["sandbox", "create", "--backend", "microvm"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        e.contains("--backend microvm: Sandboxes inside a project's VM are not built yet"),
-        "{e}"
-    );
-    assert!(e.contains("strata vm start --project P"), "{e}");
+    assert!(e.contains("--project <P>"), "{e}");
 
     assert!(
         qemus_under(tmp.path()).is_empty(),
@@ -398,4 +384,208 @@ fn probe_reports_the_microvm_route() {
     assert!(vsock.contains("loopback port forward"), "{vsock}");
     assert!(v["microvm.kvm"].is_string(), "{v}");
     assert!(v["microvm.use"].is_string(), "{v}");
+}
+
+/// `strata --json ARGS` with the VMs' state root at `state`.
+fn strata(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--json")
+        .args(args)
+        .env("STRATA_VM_STATE", state)
+        .output()
+        .expect("run strata")
+}
+
+fn strata_ok(state: &Path, args: &[&str]) -> Value {
+    let o = strata(state, args);
+    assert!(
+        o.status.success(),
+        "strata {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+/// `sh -c SCRIPT` in Workspace `ws` (found by ID through the VM's record):
+/// stdout and stderr.
+fn sh(state: &Path, ws: &str, script: &str) -> (String, String) {
+    let o = Command::new(BIN)
+        .args(["exec", ws, "--", "sh", "-c", script])
+        .env("STRATA_VM_STATE", state)
+        .output()
+        .expect("run strata exec");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert!(o.status.success(), "{script}: {out}\n{err}");
+    (out, err)
+}
+
+fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+        .trim()
+}
+
+#[test]
+fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
+    require_qemu_and_kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("vms");
+    let _cleanup = Cleanup(tmp.path());
+    let create = || {
+        let t = std::time::Instant::now();
+        let v = strata_ok(
+            &state,
+            &[
+                "sandbox",
+                "create",
+                "--backend",
+                "microvm",
+                "--project",
+                "web",
+            ],
+        );
+        (v["sandbox"].as_str().unwrap().to_string(), t.elapsed())
+    };
+
+    // The first Sandbox boots the project's VM; the second reuses it.
+    let (sb1, first) = create();
+    let pid = vm_ok(&state, &["status", "--project", "web"])["endpoint"]["pid"].clone();
+    let (sb2, second) = create();
+    eprintln!("create-to-ready under TCG: first (VM boot) {first:?}, second {second:?}");
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(
+        st["endpoint"]["pid"], pid,
+        "the second Sandbox shares the VM"
+    );
+    assert!(state.join(format!("web/sandboxes/{sb1}")).is_file());
+    let i = strata_ok(&state, &["sandbox", "inspect", &sb1]);
+    assert_eq!(i["backend"], "micro_vm", "{i}");
+    assert_eq!(i["running"], true, "{i}");
+    let ws1 = strata_ok(&state, &["ws", "mount", &sb1, "web/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ws2 = strata_ok(&state, &["ws", "mount", &sb2, "web/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // As uid 1500 with no capabilities, read from inside.
+    let (status, _) = sh(&state, &ws1, "cat /proc/self/status");
+    assert_eq!(status_line(&status, "Uid"), "1500\t1500\t1500\t1500");
+    for cap in ["CapEff", "CapPrm", "CapInh", "CapAmb"] {
+        assert_eq!(status_line(&status, cap), "0000000000000000", "{cap}");
+    }
+    // One kernel, the VM's (not the host's), under both Sandboxes.
+    let boot = |ws: &str| sh(&state, ws, "cat /proc/sys/kernel/random/boot_id").0;
+    let host_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(boot(&ws1), boot(&ws2));
+    assert_ne!(boot(&ws1), host_boot);
+    // The host's userland, read-only, and none of its private /etc.
+    let os = sh(&state, &ws1, "cat /usr/lib/os-release").0;
+    assert_eq!(os, std::fs::read_to_string("/usr/lib/os-release").unwrap());
+    let (out, _) = sh(
+        &state,
+        &ws1,
+        "touch /usr/strata-vm-probe 2>&1; test -e /etc/shadow && echo shadow-visible; true",
+    );
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!out.contains("shadow-visible"), "{out}");
+    assert!(!Path::new("/usr/strata-vm-probe").exists());
+
+    // Attacks: unmount the Workspace, make a user namespace.
+    let (out, err) = sh(
+        &state,
+        &ws1,
+        "echo kept > /workspace/a.txt; umount /workspace; umount -l /workspace; \
+         grep -c ' /workspace .* - fuse ' /proc/self/mountinfo; cat /workspace/a.txt",
+    );
+    assert_eq!(out, "1\nkept\n", "the Workspace is still mounted: {err}");
+    let (out, err) = sh(
+        &state,
+        &ws1,
+        "readlink /proc/self/ns/user; unshare -U readlink /proc/self/ns/user; \
+         cat /proc/sys/user/max_user_namespaces",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "no second user namespace: {out}\n{err}");
+    assert!(lines[0].starts_with("user:["), "{out}");
+    assert_eq!(lines[1], "0", "the guest's sysctl closes them too");
+    assert!(err.contains("Operation not permitted"), "{err}");
+
+    // Commit, and read it back from the host through the VM's API.
+    let c = strata_ok(&state, &["ws", "commit", &ws1, "-m", "in a vm sandbox"]);
+    let commit = c["commit"].as_str().unwrap().to_string();
+    let ep = vm_ok(&state, &["status", "--project", "web"])["endpoint"].clone();
+    let token = ep["token"].as_str().unwrap();
+    let r = http(
+        &ep,
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=a.txt",
+        Some(token),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, b"kept\n");
+    // The second Sandbox's Workspace is another view of the same Store.
+    let (out, _) = sh(&state, &ws2, "test -e /workspace/a.txt || echo absent");
+    assert_eq!(out, "absent\n", "ws2 was mounted before the commit");
+
+    // Uncommitted work (flushed to the guest's disk), then a kill -9 of qemu.
+    sh(&state, &ws1, "echo pending > /workspace/b.txt; sync");
+    let qemu = pid.as_u64().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &qemu])
+        .status()
+        .unwrap()
+        .success());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !qemus_under(tmp.path()).is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = strata(&state, &["sandbox", "inspect", &sb1]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("the VM of project web is not running"), "{e}");
+    assert!(e.contains("strata vm start --project web"), "{e}");
+
+    // Start again: the disk, its history and the Sandbox's record are there.
+    let a = vm_ok(&state, &["start", "--project", "web"]);
+    assert_eq!(a["started"], true);
+    let t = a["token"].as_str().unwrap();
+    let r = http(&a, "GET", "/v1/projects/web/log?ref=main", Some(t), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(&commit), "{}", r.text());
+    // The Sandbox comes back as a native one does after its daemon died,
+    // with its Workspace and the uncommitted file.
+    let i = strata_ok(&state, &["sandbox", "inspect", &sb1]);
+    assert_eq!(i["running"], false, "{i}");
+    let r = strata_ok(&state, &["sandbox", "restart", &sb1]);
+    assert_eq!(r["workspaces"][0]["workspace"], ws1.as_str(), "{r}");
+    assert_eq!(r["unrecovered"], json!([]), "{r}");
+    let s = strata_ok(&state, &["ws", "status", &ws1]);
+    assert_eq!(
+        s["changes"],
+        json!([{"path": "b.txt", "kind": "added"}]),
+        "{s}"
+    );
+    assert_eq!(sh(&state, &ws1, "cat /workspace/b.txt").0, "pending\n");
+
+    // rm closes it in the VM and drops the host's record; the VM and its
+    // disk stay until stopped.
+    for sb in [&sb1, &sb2] {
+        strata_ok(&state, &["sandbox", "rm", sb, "--discard"]);
+        assert!(!state.join(format!("web/sandboxes/{sb}")).exists());
+    }
+    let o = strata(&state, &["sandbox", "inspect", &sb1]);
+    assert!(!o.status.success());
+    let s = vm_ok(&state, &["stop", "--project", "web"]);
+    assert_eq!(s["clean"], true, "{s}");
+    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
 }

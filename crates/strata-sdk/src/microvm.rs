@@ -55,7 +55,11 @@ impl MicroVm {
                 "/proc/self/exe",
             ))?,
         };
-        Ok(VmConfig::new(root(self.state_root.clone()), &self.project, exe))
+        Ok(VmConfig::new(
+            root(self.state_root.clone()),
+            &self.project,
+            exe,
+        ))
     }
 }
 
