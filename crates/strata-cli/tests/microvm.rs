@@ -456,7 +456,37 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     // The first Sandbox boots the project's VM; the second reuses it.
     let (sb1, first) = create();
     let pid = vm_ok(&state, &["status", "--project", "web"])["endpoint"]["pid"].clone();
-    let (sb2, second) = create();
+    // The second through the SDK: SandboxSpec::microvm on an in-process
+    // client (its own Store on the host is not the Sandbox's).
+    let host_store = tmp.path().join("host-store");
+    let o = Command::new(BIN)
+        .arg("--store")
+        .arg(&host_store)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let t = std::time::Instant::now();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sb = rt
+        .block_on(async {
+            let c = strata_sdk::Client::local(&host_store).await?;
+            let mut spec = strata_sdk::SandboxSpec::new(&host_store);
+            spec.microvm = Some(strata_sdk::MicroVm {
+                project: "web".into(),
+                state_root: Some(state.clone()),
+                exe: Some(BIN.into()),
+            });
+            c.create_sandbox(spec).await
+        })
+        .expect("create a Sandbox in the VM through the SDK");
+    let second = t.elapsed();
+    assert_eq!(
+        serde_json::to_value(sb.info()).unwrap()["backend"],
+        "micro_vm"
+    );
+    let sb2 = sb.id().to_string();
+    drop(sb);
     eprintln!("create-to-ready under TCG: first (VM boot) {first:?}, second {second:?}");
     let st = vm_ok(&state, &["status", "--project", "web"]);
     assert_eq!(
