@@ -15,13 +15,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use strata_microvm::{vm, VmConfig, VmError};
 use strata_sandbox::BackendKind;
 
 use crate::connect::Client;
 use crate::error::{Error, Result};
+use crate::exec::ExecHandle;
 use crate::sandbox::{Sandbox, SandboxSpec};
+use crate::workspace::Workspace;
 
 /// Which project's VM a Sandbox runs in, and how to boot it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,9 +206,35 @@ pub fn forget(id: &str, state_root: Option<PathBuf>) {
     }
 }
 
-/// Every recorded Sandbox of the VMs that run (for finding a Workspace or
-/// an exec by ID); a VM that is down or a Sandbox that does not answer is
-/// left out.
+/// How long one Sandbox in a VM may take to answer a lookup by ID.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The Sandbox in a running VM that has Workspace `id` mounted; asked by
+/// [`Sandbox::find_workspace`] only when no Sandbox on the host has it.
+pub(crate) async fn find_workspace(id: &str) -> Option<(Sandbox, Workspace)> {
+    for sb in running(None).await {
+        if let Ok(Ok(wss)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.workspaces()).await {
+            if let Some(ws) = wss.into_iter().find(|w| w.id() == id) {
+                return Some((sb, ws));
+            }
+        }
+    }
+    None
+}
+
+/// The Sandbox in a running VM that knows exec `id` (as
+/// [`find_workspace`]).
+pub(crate) async fn find_exec(id: &str) -> Option<(Sandbox, ExecHandle)> {
+    for sb in running(None).await {
+        if let Ok(Ok(h)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.exec_by_id(id)).await {
+            return Some((sb, h));
+        }
+    }
+    None
+}
+
+/// Every recorded Sandbox of the VMs that run; a VM that is down or a
+/// Sandbox that does not answer is left out.
 pub async fn running(state_root: Option<PathBuf>) -> Vec<Sandbox> {
     let root = root(state_root);
     let mut out = Vec::new();

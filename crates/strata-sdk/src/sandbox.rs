@@ -534,7 +534,6 @@ impl Sandbox {
                 out.push(sb);
             }
         }
-        out.extend(crate::microvm::running(None).await);
         Ok(out)
     }
 
@@ -551,6 +550,9 @@ impl Sandbox {
                 }
             }
         }
+        if let Some(found) = crate::microvm::find_workspace(id).await {
+            return Ok(found);
+        }
         Err(Error::not_found(
             format!("Workspace {id}"),
             "no running Sandbox has it mounted; list them with `strata ws list`",
@@ -564,6 +566,9 @@ impl Sandbox {
             if let Ok(Ok(h)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.exec_by_id(id)).await {
                 return Ok((sb, h));
             }
+        }
+        if let Some(found) = crate::microvm::find_exec(id).await {
+            return Ok(found);
         }
         Err(Error::not_found(
             format!("exec {id}"),
