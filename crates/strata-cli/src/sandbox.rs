@@ -248,7 +248,11 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 ..Default::default()
             };
             f.labels.extend(labels);
-            let list = client().await?.sandboxes(f).await?;
+            let mut list = client().await?.sandboxes(f.clone()).await?;
+            // And those in the running project VMs (docs/microvm.md).
+            if ctx.remote.is_none() {
+                list.extend(strata_sdk::microvm::list(&f, None).await);
+            }
             ctx.emit(
                 json!(list.iter().map(info_json).collect::<Vec<_>>()),
                 || {

@@ -350,6 +350,42 @@ fn bad_input_is_a_clear_error_and_starts_nothing() {
     let e = vm_err(&state, &["start", "--project", "../x"], &[]);
     assert!(e.contains("bad project name"), "{e}");
 
+    // A Sandbox in a VM: no qemu is the same clear error, host paths are
+    // refused before anything starts.
+    let mut c = Command::new(BIN);
+    c.args([
+        "sandbox",
+        "create",
+        "--backend",
+        "microvm",
+        "--project",
+        "p",
+    ])
+    .env("STRATA_VM_STATE", &state)
+    .env("PATH", empty.to_str().unwrap());
+    let o = c.output().unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("no qemu: qemu-system-x86_64 is not on PATH"),
+        "{e}"
+    );
+    let o = Command::new(BIN)
+        .args([
+            "sandbox",
+            "create",
+            "--backend",
+            "microvm",
+            "--project",
+            "p",
+        ])
+        .args(["--rootfs", "/usr"])
+        .env("STRATA_VM_STATE", &state)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("SandboxSpec::rootfs with microvm"), "{e}");
     // A Sandbox in a VM names its project.
     let o = Command::new(BIN)
         .args(["sandbox", "create", "--backend", "microvm"])
@@ -496,6 +532,28 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     assert!(state.join(format!("web/sandboxes/{sb1}")).is_file());
     let i = strata_ok(&state, &["sandbox", "inspect", &sb1]);
     assert_eq!(i["backend"], "micro_vm", "{i}");
+    let store = host_store.to_str().unwrap();
+    let l = strata_ok(
+        &state,
+        &[
+            "--store",
+            store,
+            "sandbox",
+            "list",
+            "--label",
+            "strata.project=web",
+        ],
+    );
+    let mut ids: Vec<&str> = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let mut want = vec![sb1.as_str(), sb2.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "{l}");
     assert_eq!(i["running"], true, "{i}");
     let ws1 = strata_ok(&state, &["ws", "mount", &sb1, "web/main"])["workspace"]
         .as_str()

@@ -23,7 +23,7 @@ use strata_sandbox::BackendKind;
 use crate::connect::Client;
 use crate::error::{Error, Result};
 use crate::exec::ExecHandle;
-use crate::sandbox::{Sandbox, SandboxSpec};
+use crate::sandbox::{Sandbox, SandboxFilter, SandboxInfo, SandboxSpec};
 use crate::workspace::Workspace;
 
 /// Which project's VM a Sandbox runs in, and how to boot it.
@@ -231,6 +231,27 @@ pub(crate) async fn find_exec(id: &str) -> Option<(Sandbox, ExecHandle)> {
         }
     }
     None
+}
+
+/// The Sandboxes of the running VMs that match `filter`'s labels and name
+/// prefix (its `state_dir` does not apply), for `strata sandbox list`.
+pub async fn list(filter: &SandboxFilter, state_root: Option<PathBuf>) -> Vec<SandboxInfo> {
+    let prefix_ok = |i: &SandboxInfo| match &filter.name_prefix {
+        Some(p) => i.name.as_deref().is_some_and(|n| n.starts_with(p.as_str())),
+        None => true,
+    };
+    running(state_root)
+        .await
+        .into_iter()
+        .map(|sb| sb.info().clone())
+        .filter(|i| {
+            filter
+                .labels
+                .iter()
+                .all(|(k, v)| i.labels.get(k) == Some(v))
+        })
+        .filter(prefix_ok)
+        .collect()
 }
 
 /// Every recorded Sandbox of the VMs that run; a VM that is down or a
