@@ -336,7 +336,10 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             } else {
                 sb.close().await?;
             }
-            strata_sdk::microvm::forget(&sandbox, None);
+            // The last Sandbox of a project's VM stops it (docs/microvm.md).
+            if let Some(p) = strata_sdk::microvm::closed(&sandbox, None).await? {
+                eprintln!("strata: stopped the VM of project {p}: its last Sandbox closed (its disk stays)");
+            }
             ctx.emit(json!({"removed": sandbox}), || {
                 format!("Removed Sandbox {sandbox}")
             })

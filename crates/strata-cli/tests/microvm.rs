@@ -665,15 +665,24 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     );
     assert_eq!(sh(&state, &ws1, "cat /workspace/b.txt").0, "pending\n");
 
-    // rm closes it in the VM and drops the host's record; the VM and its
-    // disk stay until stopped.
-    for sb in [&sb1, &sb2] {
-        strata_ok(&state, &["sandbox", "rm", sb, "--discard"]);
-        assert!(!state.join(format!("web/sandboxes/{sb}")).exists());
-    }
+    // rm closes it in the VM and drops the host's record; the VM stops
+    // with its last Sandbox, its disk stays.
+    strata_ok(&state, &["sandbox", "rm", &sb1, "--discard"]);
+    assert!(!state.join(format!("web/sandboxes/{sb1}")).exists());
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(st["running"], true, "sb2 still runs in it");
     let o = strata(&state, &["sandbox", "inspect", &sb1]);
     assert!(!o.status.success());
-    let s = vm_ok(&state, &["stop", "--project", "web"]);
-    assert_eq!(s["clean"], true, "{s}");
+    let o = strata(&state, &["sandbox", "rm", &sb2, "--discard"]);
+    assert!(o.status.success(), "{o:?}");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("stopped the VM of project web: its last Sandbox closed"),
+        "{e}"
+    );
+    assert!(!state.join(format!("web/sandboxes/{sb2}")).exists());
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(st["running"], false, "{st}");
+    assert!(state.join("web/disk.img").is_file());
     assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
 }

@@ -198,11 +198,38 @@ pub async fn open(id: &str, state_root: Option<PathBuf>) -> Result<Option<Sandbo
     }
 }
 
-/// Remove Sandbox `id`'s record (after it was closed).
-pub fn forget(id: &str, state_root: Option<PathBuf>) {
+/// Remove Sandbox `id`'s record (after it was closed); the project whose
+/// VM held it.
+pub fn forget(id: &str, state_root: Option<PathBuf>) -> Option<String> {
     let root = root(state_root);
-    if let Some(project) = project_of(&root, id) {
-        let _ = fs::remove_file(records_dir(&root, &project).join(id));
+    let project = project_of(&root, id)?;
+    let _ = fs::remove_file(records_dir(&root, &project).join(id));
+    Some(project)
+}
+
+/// After Sandbox `id` was closed: drop its record and, when it was the
+/// last Sandbox of its project's VM, stop that VM (a clean power-off; the
+/// disk stays). Returns the project whose VM was stopped.
+pub async fn closed(id: &str, state_root: Option<PathBuf>) -> Result<Option<String>> {
+    let root = root(state_root);
+    let Some(project) = forget(id, Some(root.clone())) else {
+        return Ok(None);
+    };
+    let left = fs::read_dir(records_dir(&root, &project))
+        .map(|rd| rd.count())
+        .unwrap_or(0);
+    if left > 0 {
+        return Ok(None);
+    }
+    let cfg = VmConfig::new(root, &project, PathBuf::new());
+    let stopped = tokio::task::spawn_blocking(move || vm::stop(&cfg, Duration::from_secs(60)))
+        .await
+        .map_err(|e| Error::backend(format!("worker thread failed: {e}"), String::new()))?;
+    match stopped {
+        Ok(_) => Ok(Some(project)),
+        // Stopped by someone else meanwhile: nothing to do.
+        Err(VmError::NotRunning(_)) => Ok(None),
+        Err(e) => Err(vm_error(e)),
     }
 }
 
