@@ -607,6 +607,58 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     assert_eq!(lines[1], "0", "the guest's sysctl closes them too");
     assert!(err.contains("Operation not permitted"), "{err}");
 
+    // Another project: its own VM (another kernel). A command spinning on
+    // the CPU there does not stop web's VM from answering.
+    let api = strata_ok(
+        &state,
+        &[
+            "sandbox",
+            "create",
+            "--backend",
+            "microvm",
+            "--project",
+            "api",
+        ],
+    )["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let api_pid = vm_ok(&state, &["status", "--project", "api"])["endpoint"]["pid"].clone();
+    assert_ne!(api_pid, pid);
+    let ws_api = strata_ok(&state, &["ws", "mount", &api, "api/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(boot(&ws_api), boot(&ws1));
+    let spin = strata_ok(
+        &state,
+        &[
+            "exec",
+            "-d",
+            "--timeout",
+            "5m",
+            &ws_api,
+            "--",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ],
+    )["exec"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sh(&state, &ws1, "echo alive").0, "alive\n");
+    // The exec is found by its ID in the other VM, and cancelled there.
+    let o = strata(&state, &["exec", "cancel", &spin]);
+    assert!(o.status.success(), "{o:?}");
+    let w = strata(&state, &["exec", "wait", &spin]);
+    assert!(!w.status.success(), "a cancelled exec: {w:?}");
+    strata_ok(&state, &["sandbox", "rm", &api]);
+    assert_eq!(
+        vm_ok(&state, &["status", "--project", "api"])["running"],
+        false
+    );
+
     // Commit, and read it back from the host through the VM's API.
     let c = strata_ok(&state, &["ws", "commit", &ws1, "-m", "in a vm sandbox"]);
     let commit = c["commit"].as_str().unwrap().to_string();
