@@ -81,8 +81,7 @@ pub enum BackendArg {
     Native,
     /// One container through the Docker Engine API.
     Docker,
-    /// Namespaces inside the project's qemu VM (not built yet: refused;
-    /// `strata vm` boots the VM).
+    /// Namespaces inside the project's qemu VM (started if needed).
     Microvm,
 }
 

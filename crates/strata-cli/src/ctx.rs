@@ -116,8 +116,12 @@ pub fn state_dir() -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-/// Open Sandbox `id` under [`state_dir`].
+/// Open Sandbox `id`: in a project's VM when the host's record says so
+/// (docs/microvm.md), else under [`state_dir`].
 pub async fn open(id: &str) -> Result<Sandbox> {
+    if let Some(sb) = strata_sdk::microvm::open(id, None).await? {
+        return Ok(sb);
+    }
     Ok(Sandbox::open_in(id, state_dir()).await?)
 }
 

@@ -99,16 +99,24 @@ pub struct CreateArgs {
     /// of the host's root.
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
-    /// native (namespaces on this host) or docker (one container through
+    /// native (namespaces on this host), docker (one container through
     /// the Docker Engine API; needs --image and a static strata binary:
-    /// this one, static as this repository builds it). See docs/docker.md.
+    /// this one, static as this repository builds it; docs/docker.md) or
+    /// microvm (namespaces inside the project's qemu VM; needs --project;
+    /// docs/microvm.md).
     #[arg(
         long,
-        value_name = "native|docker",
+        value_name = "native|docker|microvm",
         value_enum,
         default_value = "native"
     )]
     pub backend: crate::args::BackendArg,
+    /// With --backend microvm: the project whose VM runs the Sandbox
+    /// (started if it is not; one VM, disk and Store per project) and
+    /// whose branches it mounts; through --remote, the project the
+    /// Sandbox is for.
+    #[arg(long, value_name = "P", required_if_eq("backend", "microvm"))]
+    pub project: Option<String>,
     /// The docker backend's image, present in the local Engine:
     /// NAME:TAG, NAME@sha256:… or an image ID (pinned to its ID at create).
     #[arg(long, value_name = "IMAGE", required_if_eq("backend", "docker"))]
@@ -162,18 +170,32 @@ pub fn sandbox(ctx: &Ctx, cmd: SandboxCmd) -> Result<ExitCode> {
 async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
     // The SDK client: in-process under STRATA_SANDBOX_STATE, or the
     // server of --remote (the same calls).
-    let client = ctx.client().await?;
-    let client = match state_dir() {
-        Some(d) if ctx.remote.is_none() => client.with_sandbox_state(d),
-        _ => client,
+    // A Sandbox in a project's VM needs no Store on this host: the
+    // client (which opens one) is made only when used.
+    let client = || async {
+        let client = ctx.client().await?;
+        anyhow::Ok(match state_dir() {
+            Some(d) if ctx.remote.is_none() => client.with_sandbox_state(d),
+            _ => client,
+        })
     };
     let open = |id: &str| {
-        let (client, id) = (client.clone(), id.to_string());
-        async move { client.sandbox(&id).await }
+        let id = id.to_string();
+        async move {
+            // A Sandbox in a project's VM first (by the host's record of
+            // it, docs/microvm.md), then this Store's.
+            if ctx.remote.is_none() {
+                if let Some(sb) = strata_sdk::microvm::open(&id, None).await? {
+                    return anyhow::Ok(sb);
+                }
+            }
+            Ok(client().await?.sandbox(&id).await?)
+        }
     };
     match cmd {
         SandboxCmd::Create(a) => {
-            let mut spec = SandboxSpec::new(ctx.store_path()?);
+            let mut spec = SandboxSpec::new(ctx.store_path.clone().unwrap_or_default());
+            spec.project = a.project.clone();
             spec.name = a.name;
             spec.labels.extend(a.labels);
             spec.network = match a.network {
@@ -188,7 +210,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             spec.no_limits = a.no_limits;
             spec.rootfs = a.rootfs.map(|r| std::path::absolute(&r).unwrap_or(r));
             spec.docker_image = match (a.backend, a.image) {
-                (BackendArg::Native, Some(_)) => {
+                (BackendArg::Native | BackendArg::Microvm, Some(_)) => {
                     return Err(crate::args::Usage {
                         kind: clap::error::ErrorKind::ArgumentConflict,
                         msg: "--image is for --backend docker".into(),
@@ -198,12 +220,25 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 (BackendArg::Native, None) => None,
                 // clap requires --image with --backend docker.
                 (BackendArg::Docker, image) => image,
-                (BackendArg::Microvm, _) => anyhow::bail!(
-                    "--backend microvm: Sandboxes inside a project's VM are not built yet (the guest's server must create them with the native backend inside the VM, and the SDK must reach them through its remote client). What exists: `strata vm start --project P` boots the project's VM with its Store on the VM's disk and `strata serve` inside (docs/microvm.md); use --backend native or docker for Sandboxes"
-                ),
+                (BackendArg::Microvm, None) => None,
             };
             spec.expose = a.expose;
-            let sb = client.create_sandbox(spec).await?;
+            let sb = match a.backend {
+                BackendArg::Microvm if ctx.remote.is_some() => anyhow::bail!(
+                    "--backend microvm with --remote: a project's VM is started on the host that runs this command; leave --remote out"
+                ),
+                BackendArg::Microvm => {
+                    // clap requires --project with --backend microvm.
+                    let vm = strata_sdk::MicroVm::new(a.project.unwrap_or_default());
+                    strata_sdk::microvm::create(spec, vm).await?
+                }
+                _ => {
+                    if ctx.store_path.is_none() {
+                        ctx.store_path()?;
+                    }
+                    client().await?.create_sandbox(spec).await?
+                }
+            };
             let id = sb.id().to_string();
             ctx.emit(json!({"sandbox": id}), || id.clone())
         }
@@ -213,7 +248,11 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 ..Default::default()
             };
             f.labels.extend(labels);
-            let list = client.sandboxes(f).await?;
+            let mut list = client().await?.sandboxes(f.clone()).await?;
+            // And those in the running project VMs (docs/microvm.md).
+            if ctx.remote.is_none() {
+                list.extend(strata_sdk::microvm::list(&f, None).await);
+            }
             ctx.emit(
                 json!(list.iter().map(info_json).collect::<Vec<_>>()),
                 || {
@@ -296,6 +335,10 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 sb.close_discard().await?;
             } else {
                 sb.close().await?;
+            }
+            // The last Sandbox of a project's VM stops it (docs/microvm.md).
+            if let Some(p) = strata_sdk::microvm::closed(&sandbox, None).await? {
+                eprintln!("strata: stopped the VM of project {p}: its last Sandbox closed (its disk stays)");
             }
             ctx.emit(json!({"removed": sandbox}), || {
                 format!("Removed Sandbox {sandbox}")

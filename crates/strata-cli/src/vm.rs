@@ -195,12 +195,11 @@ fn serve_in_guest(g: &guest::Guest) -> Result<()> {
         tokens.revoke(&t.id)?;
     }
     let (token, _) = tokens.create(&[])?;
-    // No Sandbox routes in the guest yet (docs/microvm.md, "Not done yet").
-    let state = Arc::new(strata_server::ServerState::new(
-        store,
-        tokens,
-        strata_server::DEFAULT_MAX_BODY,
-    ));
+    let mut state = strata_server::ServerState::new(store, tokens, strata_server::DEFAULT_MAX_BODY);
+    // Sandboxes of the native backend inside the VM, their state on the
+    // disk (docs/microvm.md, "Sandboxes in the VM").
+    state.sandbox_root = Some(PathBuf::from(guest::SANDBOX_ROOT));
+    let state = Arc::new(state);
     let rt = tokio::runtime::Runtime::new().context("start the tokio runtime")?;
     let ctl = g.ctl.try_clone().context("clone the control channel")?;
     let mut out = g.ctl.try_clone().context("clone the control channel")?;

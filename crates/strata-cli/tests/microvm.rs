@@ -350,28 +350,50 @@ fn bad_input_is_a_clear_error_and_starts_nothing() {
     let e = vm_err(&state, &["start", "--project", "../x"], &[]);
     assert!(e.contains("bad project name"), "{e}");
 
-    // Sandboxes inside the VM are not built yet: a clear refusal.
-    let store = tmp.path().join("store");
+    // A Sandbox in a VM: no qemu is the same clear error, host paths are
+    // refused before anything starts.
+    let mut c = Command::new(BIN);
+    c.args([
+        "sandbox",
+        "create",
+        "--backend",
+        "microvm",
+        "--project",
+        "p",
+    ])
+    .env("STRATA_VM_STATE", &state)
+    .env("PATH", empty.to_str().unwrap());
+    let o = c.output().unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("no qemu: qemu-system-x86_64 is not on PATH"),
+        "{e}"
+    );
     let o = Command::new(BIN)
-        .arg("--store")
-        .arg(&store)
-        .arg("init")
+        .args([
+            "sandbox",
+            "create",
+            "--backend",
+            "microvm",
+            "--project",
+            "p",
+        ])
+        .args(["--rootfs", "/usr"])
+        .env("STRATA_VM_STATE", &state)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{o:?}");
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("SandboxSpec::rootfs with microvm"), "{e}");
+    // A Sandbox in a VM names its project.
     let o = Command::new(BIN)
-        .arg("--store")
-        .arg(&store)
         .args(["sandbox", "create", "--backend", "microvm"])
         .output()
         .unwrap();
     assert!(!o.status.success());
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        e.contains("--backend microvm: Sandboxes inside a project's VM are not built yet"),
-        "{e}"
-    );
-    assert!(e.contains("strata vm start --project P"), "{e}");
+    assert!(e.contains("--project <P>"), "{e}");
 
     assert!(
         qemus_under(tmp.path()).is_empty(),
@@ -398,4 +420,321 @@ fn probe_reports_the_microvm_route() {
     assert!(vsock.contains("loopback port forward"), "{vsock}");
     assert!(v["microvm.kvm"].is_string(), "{v}");
     assert!(v["microvm.use"].is_string(), "{v}");
+}
+
+/// `strata --json ARGS` with the VMs' state root at `state`.
+fn strata(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("--json")
+        .args(args)
+        .env("STRATA_VM_STATE", state)
+        .output()
+        .expect("run strata")
+}
+
+fn strata_ok(state: &Path, args: &[&str]) -> Value {
+    let o = strata(state, args);
+    assert!(
+        o.status.success(),
+        "strata {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
+/// `sh -c SCRIPT` in Workspace `ws` (found by ID through the VM's record):
+/// stdout and stderr.
+fn sh(state: &Path, ws: &str, script: &str) -> (String, String) {
+    let o = Command::new(BIN)
+        .args(["exec", ws, "--", "sh", "-c", script])
+        .env("STRATA_VM_STATE", state)
+        .output()
+        .expect("run strata exec");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert!(o.status.success(), "{script}: {out}\n{err}");
+    (out, err)
+}
+
+fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}:")))
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+        .trim()
+}
+
+#[test]
+fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
+    require_qemu_and_kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("vms");
+    let _cleanup = Cleanup(tmp.path());
+    let create = || {
+        let t = std::time::Instant::now();
+        let v = strata_ok(
+            &state,
+            &[
+                "sandbox",
+                "create",
+                "--backend",
+                "microvm",
+                "--project",
+                "web",
+            ],
+        );
+        (v["sandbox"].as_str().unwrap().to_string(), t.elapsed())
+    };
+
+    // The first Sandbox boots the project's VM; the second reuses it.
+    let (sb1, first) = create();
+    let pid = vm_ok(&state, &["status", "--project", "web"])["endpoint"]["pid"].clone();
+    // The second through the SDK: SandboxSpec::microvm on an in-process
+    // client (its own Store on the host is not the Sandbox's).
+    let host_store = tmp.path().join("host-store");
+    let o = Command::new(BIN)
+        .arg("--store")
+        .arg(&host_store)
+        .arg("init")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let t = std::time::Instant::now();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let sb = rt
+        .block_on(async {
+            let c = strata_sdk::Client::local(&host_store).await?;
+            let mut spec = strata_sdk::SandboxSpec::new(&host_store);
+            spec.microvm = Some(strata_sdk::MicroVm {
+                project: "web".into(),
+                state_root: Some(state.clone()),
+                exe: Some(BIN.into()),
+            });
+            c.create_sandbox(spec).await
+        })
+        .expect("create a Sandbox in the VM through the SDK");
+    let second = t.elapsed();
+    assert_eq!(
+        serde_json::to_value(sb.info()).unwrap()["backend"],
+        "micro_vm"
+    );
+    let sb2 = sb.id().to_string();
+    drop(sb);
+    eprintln!("create-to-ready under TCG: first (VM boot) {first:?}, second {second:?}");
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(
+        st["endpoint"]["pid"], pid,
+        "the second Sandbox shares the VM"
+    );
+    assert!(state.join(format!("web/sandboxes/{sb1}")).is_file());
+    let i = strata_ok(&state, &["sandbox", "inspect", &sb1]);
+    assert_eq!(i["backend"], "micro_vm", "{i}");
+    let store = host_store.to_str().unwrap();
+    let l = strata_ok(
+        &state,
+        &[
+            "--store",
+            store,
+            "sandbox",
+            "list",
+            "--label",
+            "strata.project=web",
+        ],
+    );
+    let mut ids: Vec<&str> = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let mut want = vec![sb1.as_str(), sb2.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "{l}");
+    assert_eq!(i["running"], true, "{i}");
+    let ws1 = strata_ok(&state, &["ws", "mount", &sb1, "web/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ws2 = strata_ok(&state, &["ws", "mount", &sb2, "web/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // As uid 1500 with no capabilities, read from inside.
+    let (status, _) = sh(&state, &ws1, "cat /proc/self/status");
+    assert_eq!(status_line(&status, "Uid"), "1500\t1500\t1500\t1500");
+    for cap in ["CapEff", "CapPrm", "CapInh", "CapAmb"] {
+        assert_eq!(status_line(&status, cap), "0000000000000000", "{cap}");
+    }
+    // One kernel, the VM's (not the host's), under both Sandboxes.
+    let boot = |ws: &str| sh(&state, ws, "cat /proc/sys/kernel/random/boot_id").0;
+    let host_boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(boot(&ws1), boot(&ws2));
+    assert_ne!(boot(&ws1), host_boot);
+    // The host's userland, read-only, and none of its private /etc.
+    let os = sh(&state, &ws1, "cat /usr/lib/os-release").0;
+    assert_eq!(os, std::fs::read_to_string("/usr/lib/os-release").unwrap());
+    let (out, _) = sh(
+        &state,
+        &ws1,
+        "touch /usr/strata-vm-probe 2>&1; test -e /etc/shadow && echo shadow-visible; true",
+    );
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!out.contains("shadow-visible"), "{out}");
+    assert!(!Path::new("/usr/strata-vm-probe").exists());
+
+    // Attacks: unmount the Workspace, make a user namespace.
+    let (out, err) = sh(
+        &state,
+        &ws1,
+        "echo kept > /workspace/a.txt; umount /workspace; umount -l /workspace; \
+         grep -c ' /workspace .* - fuse ' /proc/self/mountinfo; cat /workspace/a.txt",
+    );
+    assert_eq!(out, "1\nkept\n", "the Workspace is still mounted: {err}");
+    let (out, err) = sh(
+        &state,
+        &ws1,
+        "readlink /proc/self/ns/user; unshare -U readlink /proc/self/ns/user; \
+         cat /proc/sys/user/max_user_namespaces",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "no second user namespace: {out}\n{err}");
+    assert!(lines[0].starts_with("user:["), "{out}");
+    assert_eq!(lines[1], "0", "the guest's sysctl closes them too");
+    assert!(err.contains("Operation not permitted"), "{err}");
+
+    // Another project: its own VM (another kernel). A command spinning on
+    // the CPU there does not stop web's VM from answering.
+    let api = strata_ok(
+        &state,
+        &[
+            "sandbox",
+            "create",
+            "--backend",
+            "microvm",
+            "--project",
+            "api",
+        ],
+    )["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let api_pid = vm_ok(&state, &["status", "--project", "api"])["endpoint"]["pid"].clone();
+    assert_ne!(api_pid, pid);
+    let ws_api = strata_ok(&state, &["ws", "mount", &api, "api/main"])["workspace"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(boot(&ws_api), boot(&ws1));
+    let spin = strata_ok(
+        &state,
+        &[
+            "exec",
+            "-d",
+            "--timeout",
+            "5m",
+            &ws_api,
+            "--",
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ],
+    )["exec"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sh(&state, &ws1, "echo alive").0, "alive\n");
+    // The exec is found by its ID in the other VM, and cancelled there.
+    let o = strata(&state, &["exec", "cancel", &spin]);
+    assert!(o.status.success(), "{o:?}");
+    let w = strata(&state, &["exec", "wait", &spin]);
+    assert!(!w.status.success(), "a cancelled exec: {w:?}");
+    strata_ok(&state, &["sandbox", "rm", &api]);
+    assert_eq!(
+        vm_ok(&state, &["status", "--project", "api"])["running"],
+        false
+    );
+
+    // Commit, and read it back from the host through the VM's API.
+    let c = strata_ok(&state, &["ws", "commit", &ws1, "-m", "in a vm sandbox"]);
+    let commit = c["commit"].as_str().unwrap().to_string();
+    let ep = vm_ok(&state, &["status", "--project", "web"])["endpoint"].clone();
+    let token = ep["token"].as_str().unwrap();
+    let r = http(
+        &ep,
+        "GET",
+        "/v1/projects/web/cat?ref=main&path=a.txt",
+        Some(token),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.body, b"kept\n");
+    // The second Sandbox's Workspace is another view of the same Store.
+    let (out, _) = sh(&state, &ws2, "test -e /workspace/a.txt || echo absent");
+    assert_eq!(out, "absent\n", "ws2 was mounted before the commit");
+
+    // Uncommitted work (flushed to the guest's disk), then a kill -9 of qemu.
+    sh(&state, &ws1, "echo pending > /workspace/b.txt; sync");
+    let qemu = pid.as_u64().unwrap().to_string();
+    assert!(Command::new("kill")
+        .args(["-9", &qemu])
+        .status()
+        .unwrap()
+        .success());
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !qemus_under(tmp.path()).is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = strata(&state, &["sandbox", "inspect", &sb1]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("the VM of project web is not running"), "{e}");
+    assert!(e.contains("strata vm start --project web"), "{e}");
+
+    // Start again: the disk, its history and the Sandbox's record are there.
+    let a = vm_ok(&state, &["start", "--project", "web"]);
+    assert_eq!(a["started"], true);
+    let t = a["token"].as_str().unwrap();
+    let r = http(&a, "GET", "/v1/projects/web/log?ref=main", Some(t), None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(&commit), "{}", r.text());
+    // The Sandbox comes back as a native one does after its daemon died,
+    // with its Workspace and the uncommitted file.
+    let i = strata_ok(&state, &["sandbox", "inspect", &sb1]);
+    assert_eq!(i["running"], false, "{i}");
+    let r = strata_ok(&state, &["sandbox", "restart", &sb1]);
+    assert_eq!(r["workspaces"][0]["workspace"], ws1.as_str(), "{r}");
+    assert_eq!(r["unrecovered"], json!([]), "{r}");
+    let s = strata_ok(&state, &["ws", "status", &ws1]);
+    assert_eq!(
+        s["changes"],
+        json!([{"path": "b.txt", "kind": "added"}]),
+        "{s}"
+    );
+    assert_eq!(sh(&state, &ws1, "cat /workspace/b.txt").0, "pending\n");
+
+    // rm closes it in the VM and drops the host's record; the VM stops
+    // with its last Sandbox, its disk stays.
+    strata_ok(&state, &["sandbox", "rm", &sb1, "--discard"]);
+    assert!(!state.join(format!("web/sandboxes/{sb1}")).exists());
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(st["running"], true, "sb2 still runs in it");
+    let o = strata(&state, &["sandbox", "inspect", &sb1]);
+    assert!(!o.status.success());
+    let o = strata(&state, &["sandbox", "rm", &sb2, "--discard"]);
+    assert!(o.status.success(), "{o:?}");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("stopped the VM of project web: its last Sandbox closed"),
+        "{e}"
+    );
+    assert!(!state.join(format!("web/sandboxes/{sb2}")).exists());
+    let st = vm_ok(&state, &["status", "--project", "web"]);
+    assert_eq!(st["running"], false, "{st}");
+    assert!(state.join("web/disk.img").is_file());
+    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
 }

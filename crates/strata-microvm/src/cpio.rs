@@ -35,6 +35,11 @@ impl<W: Write> CpioWriter<W> {
         self.entry(name, 0o100000 | perm, 1, data)
     }
 
+    /// A symbolic link to `target` (newc stores the target as the data).
+    pub fn symlink(&mut self, name: &str, target: &str) -> io::Result<()> {
+        self.entry(name, 0o120000 | 0o777, 1, target.as_bytes())
+    }
+
     /// A character device node (mode bits without the type).
     pub fn char_dev(&mut self, name: &str, perm: u32, major: u32, minor: u32) -> io::Result<()> {
         self.rdev = (major, minor);

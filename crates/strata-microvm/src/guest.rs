@@ -24,6 +24,10 @@ pub const GUEST_PORT: u16 = 7070;
 /// Where the project's disk is mounted, and the Store on it.
 pub const DISK_MOUNT: &str = "/mnt/disk";
 pub const STORE_DIR: &str = "/mnt/disk/store";
+/// The native backend's state root in the guest: on the disk, so a
+/// Sandbox's record and its Workspaces' scratch (uncommitted work) outlive
+/// a killed VM like a native Sandbox's outlive a host crash.
+pub const SANDBOX_ROOT: &str = "/mnt/disk/sandboxes";
 /// The virtio-serial port's name (`-device virtserialport,name=...`).
 pub const CTL_PORT_NAME: &str = "strata.ctl";
 /// The line a probe boot prints on the console.
@@ -75,10 +79,14 @@ pub fn probe_boot() -> ! {
 /// Every step up to a served Store. On failure the error is written to the
 /// console and, if it is open by then, to the control channel.
 pub fn setup() -> Result<Guest, GuestError> {
+    leave_rootfs()?;
     mount_kernel_filesystems()?;
     load_modules()?;
     let ctl = open_ctl()?;
     let r = (|| {
+        mount_userland()?;
+        mount_cgroup2()?;
+        no_user_namespaces()?;
         network()?;
         mount_disk()?;
         Ok(Guest {
@@ -110,6 +118,23 @@ pub fn console(line: &str) {
     }
 }
 
+/// Stand on a mount that is not the initial rootfs. Each Sandbox's mount
+/// namespace ends its setup with pivot_root(2), which refuses to move the
+/// rootfs ("The rootfs (initial ramfs) cannot be pivot_root()ed", NOTES of
+/// pivot_root(2); the kernel wants the current root to have a parent
+/// mount). So, as switch_root does but without copying anything: bind the
+/// rootfs onto a directory of itself, move that mount onto `/` and chroot
+/// into it. Nothing is mounted yet, so the bind carries no submounts.
+fn leave_rootfs() -> Result<(), GuestError> {
+    let nr = "/strata/root";
+    fs::create_dir_all(nr).map_err(|e| fail(format!("create {nr}"), e))?;
+    rustix::mount::mount_bind("/", nr).map_err(|e| fail(format!("bind / onto {nr}"), e))?;
+    std::env::set_current_dir(nr).map_err(|e| fail(format!("chdir {nr}"), e))?;
+    rustix::mount::mount_move(".", "/").map_err(|e| fail("move the bound root onto /", e))?;
+    std::os::unix::fs::chroot(".").map_err(|e| fail("chroot into the bound root", e))?;
+    std::env::set_current_dir("/").map_err(|e| fail("chdir /", e))
+}
+
 fn mount_kernel_filesystems() -> Result<(), GuestError> {
     for (src, dst, fstype) in [
         ("proc", "/proc", "proc"),
@@ -139,7 +164,7 @@ fn mount_kernel_filesystems() -> Result<(), GuestError> {
 fn load_modules() -> Result<(), GuestError> {
     let order = fs::read_to_string("/modules.order").map_err(|e| fail("read /modules.order", e))?;
     for name in order.lines().filter(|l| !l.is_empty()) {
-        let path = format!("/lib/modules/{name}.ko");
+        let path = format!("/strata/modules/{name}.ko");
         let f = File::open(&path).map_err(|e| fail(format!("open {path}"), e))?;
         let params = c"";
         // SAFETY: finit_module(2) reads the module from the open fd and
@@ -155,6 +180,71 @@ fn load_modules() -> Result<(), GuestError> {
         }
     }
     Ok(())
+}
+
+/// The host's system directories, lent read-only over virtio-9p
+/// ([`crate::userland`]): each `TAG PATH` line of `/shares` mounted at
+/// PATH read-only, nosuid, nodev. The virtio-9p device registers its tag
+/// asynchronously after the driver loads, so a mount that finds no such
+/// tag (ENOENT) is tried again for up to 30 s.
+fn mount_userland() -> Result<(), GuestError> {
+    let shares = fs::read_to_string(format!("/{}", crate::userland::SHARES_FILE))
+        .map_err(|e| fail("read /shares", e))?;
+    for line in shares.lines() {
+        let Some((tag, path)) = line.split_once(' ') else {
+            continue;
+        };
+        fs::create_dir_all(path).map_err(|e| fail(format!("create {path}"), e))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // msize: 9p's largest message; the default 8 KiB makes every
+            // large read many round trips through emulated virtio.
+            let r = mount(
+                tag,
+                path,
+                "9p",
+                MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+                c"trans=virtio,version=9p2000.L,msize=262144,cache=loose",
+            );
+            match r {
+                Ok(()) => break,
+                Err(rustix::io::Errno::NOENT) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                Err(e) => {
+                    return Err(fail(
+                        format!("mount the host's {path} (9p tag {tag}) read-only"),
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// cgroup v2 at /sys/fs/cgroup: the native backend puts each Sandbox's
+/// limits there (strata-sandbox's cgroup.rs detects v2 by
+/// `cgroup.controllers` at that root).
+fn mount_cgroup2() -> Result<(), GuestError> {
+    let dst = "/sys/fs/cgroup";
+    mount(
+        "cgroup2",
+        dst,
+        "cgroup2",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None::<&std::ffi::CStr>,
+    )
+    .map_err(|e| fail(format!("mount cgroup2 on {dst}"), e))
+}
+
+/// user.max_user_namespaces = 0: nothing in the guest needs a user
+/// namespace (the native backend runs as root without one), so the
+/// kernel refuses them to everyone, behind the per-command seccomp filter
+/// that already does (user_namespaces(7), /proc/sys/user).
+fn no_user_namespaces() -> Result<(), GuestError> {
+    let p = "/proc/sys/user/max_user_namespaces";
+    fs::write(p, "0").map_err(|e| fail(format!("write 0 to {p}"), e))
 }
 
 /// Wait for a path to appear (devices show up asynchronously after their

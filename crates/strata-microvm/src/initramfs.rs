@@ -26,6 +26,8 @@ pub const GUEST_MODULES: &[&str] = &[
     "crc32c_generic",
     "ext4",
     "fuse",
+    "9pnet_virtio",
+    "9p",
 ];
 
 /// Modules without which the guest cannot do its job: when such a module
@@ -37,6 +39,11 @@ pub const REQUIRED: &[(&str, &str)] = &[
     ("virtio_console", "the control channel"),
     ("ext4", "the project's disk"),
     ("fuse", "Workspaces"),
+    (
+        "9pnet_virtio",
+        "the Sandbox commands' /usr, lent by the host",
+    ),
+    ("9p", "the Sandbox commands' /usr, lent by the host"),
 ];
 
 /// A module file to load, in load order.
@@ -120,8 +127,16 @@ fn module_name(path: &str) -> String {
 }
 
 /// Write the initramfs to `out`: `/init` (the static strata binary), the
-/// modules under `/lib/modules/`, and `/modules.order`.
-pub fn build(exe: &Path, modules: &[Module], out: &Path) -> Result<u64, VmError> {
+/// modules under `/strata/modules/` (`/lib` is the host's symlink into
+/// /usr), `/modules.order`, and the userland of
+/// the Sandbox commands (the symlinks among the system directories, the
+/// 9p shares to mount, the filtered /etc: [`crate::userland`]).
+pub fn build(
+    exe: &Path,
+    modules: &[Module],
+    userland: &crate::userland::Userland,
+    out: &Path,
+) -> Result<u64, VmError> {
     let io = |action: &'static str, path: &Path| {
         let path = path.to_path_buf();
         move |source| VmError::Io {
@@ -136,7 +151,15 @@ pub fn build(exe: &Path, modules: &[Module], out: &Path) -> Result<u64, VmError>
     let mut w = CpioWriter::new(std::io::BufWriter::new(f));
     let mut order = String::new();
     let write = |w: &mut CpioWriter<_>| -> std::io::Result<()> {
-        for d in ["dev", "proc", "sys", "tmp", "mnt", "lib", "lib/modules"] {
+        for d in [
+            "dev",
+            "proc",
+            "sys",
+            "tmp",
+            "mnt",
+            "strata",
+            "strata/modules",
+        ] {
             w.dir(d, 0o755)?;
         }
         // The kernel opens /dev/console for init's stdin, stdout and
@@ -153,13 +176,14 @@ pub fn build(exe: &Path, modules: &[Module], out: &Path) -> Result<u64, VmError>
     write(&mut w).map_err(io("write", &tmp))?;
     for m in modules {
         let data = fs::read(&m.path).map_err(io("read the kernel module", &m.path))?;
-        w.file(&format!("lib/modules/{}.ko", m.name), 0o644, &data)
+        w.file(&format!("strata/modules/{}.ko", m.name), 0o644, &data)
             .map_err(io("write", &tmp))?;
         order.push_str(&m.name);
         order.push('\n');
     }
     w.file("modules.order", 0o644, order.as_bytes())
         .map_err(io("write", &tmp))?;
+    userland.write(&mut w)?;
     w.finish().map_err(io("write", &tmp))?;
     fs::rename(&tmp, out).map_err(io("move into place", out))?;
     Ok(fs::metadata(out).map(|m| m.len()).unwrap_or(0))
@@ -181,7 +205,10 @@ mod tests {
              kernel/a/virtio_net.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
              kernel/a/virtio_console.ko: kernel/a/virtio.ko kernel/a/virtio_ring.ko\n\
              kernel/fs/ext4/ext4.ko: kernel/lib/crc16.ko kernel/fs/jbd2/jbd2.ko\n\
-             kernel/fs/jbd2/jbd2.ko:\nkernel/lib/crc16.ko:\n",
+             kernel/fs/jbd2/jbd2.ko:\nkernel/lib/crc16.ko:\n\
+             kernel/net/9p/9pnet.ko:\n\
+             kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/a/virtio.ko\n\
+             kernel/fs/9p/9p.ko: kernel/net/9p/9pnet.ko\n",
         )
         .unwrap();
         fs::write(d.path().join("modules.builtin"), "kernel/fs/fuse/fuse.ko\n").unwrap();
@@ -201,7 +228,10 @@ mod tests {
                 "virtio_console",
                 "jbd2",
                 "crc16",
-                "ext4"
+                "ext4",
+                "9pnet",
+                "9pnet_virtio",
+                "9p"
             ]
         );
     }

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | the initramfs: the static strata binary as `/init` plus the modules from the same kernel | [`initramfs`], [`cpio`] |
 //! | the guest's init: mounts, modules, network, the disk, the control channel | [`guest`] |
+//! | the Sandbox commands' userland: the host's /usr over read-only virtio-9p, a filtered /etc | [`userland`] |
 //! | the VM's lifecycle on the host: disk, lock, qemu, the ready line, stop | [`vm`] |
 //! | what this host offers: qemu, KVM (by a probe boot), vsock, the kernel | [`probe`] |
 //!
@@ -20,6 +21,7 @@ pub mod guest;
 pub mod initramfs;
 pub mod kernel;
 pub mod probe;
+pub mod userland;
 pub mod vm;
 
 use std::path::PathBuf;

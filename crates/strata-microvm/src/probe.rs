@@ -62,7 +62,9 @@ pub fn facts(cfg: &VmConfig, may_boot: bool) -> Vec<(String, String)> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| e.to_string())
             .and_then(|()| {
-                crate::initramfs::build(&crate::vm::guest_binary(&cfg.exe, &dir), m, &initrd)
+                // A probe boot only prints its marker: no userland.
+                let none = crate::userland::Userland::default();
+                crate::initramfs::build(&crate::vm::guest_binary(&cfg.exe, &dir), m, &none, &initrd)
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             })

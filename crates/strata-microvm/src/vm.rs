@@ -232,14 +232,33 @@ fn lock_disk(cfg: &VmConfig, disk: &Path) -> Result<File, VmError> {
         .write(true)
         .open(disk)
         .map_err(io("open the disk image", disk))?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(f),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(VmError::DiskInUse {
-            path: disk.into(),
-            holder: holder_of(cfg, disk),
-        }),
-        Err(e) => Err(io("lock the disk image", disk)(e.into())),
+    // A qemu killed a moment ago may still hold the lock: its main thread
+    // shows as a zombie while its other threads are still exiting, and
+    // the descriptor table (with the lock's file) goes with the last of
+    // them. So while no live process holds it, try again for a while.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                let holder = holder_of(cfg, disk);
+                if holder.is_some_and(live) || Instant::now() > deadline {
+                    return Err(VmError::DiskInUse {
+                        path: disk.into(),
+                        holder,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => return Err(io("lock the disk image", disk)(e.into())),
+        }
     }
+}
+
+/// Whether `pid` is a process that is not a zombie.
+fn live(pid: u32) -> bool {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    matches!(stat.rsplit_once(") ").map(|(_, r)| r.chars().next()), Some(Some(c)) if c != 'Z' && c != 'X')
 }
 
 /// Which running VM (by the endpoints in the state root) holds `disk`.
@@ -344,8 +363,9 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
     }
     check_ext4(&disk)?;
     let lock = lock_disk(cfg, &disk)?;
+    let userland = crate::userland::Userland::of_host(Path::new("/"))?;
     let initrd = dir.join("initramfs.img");
-    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &initrd)?;
+    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &userland, &initrd)?;
     let verdict = accel::choose(
         &qemu,
         &kernel.image,
@@ -392,6 +412,7 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
     let started = Instant::now();
     let mut cmd = Command::new(&qemu);
     cmd.args(qemu_args(cfg, &kernel, &initrd, &disk, verdict.accel, port))
+        .args(userland.qemu_args())
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)

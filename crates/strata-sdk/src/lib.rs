@@ -59,6 +59,7 @@ mod connect;
 mod error;
 pub mod exec;
 pub mod host;
+pub mod microvm;
 pub mod probe;
 mod records;
 pub mod remote;
@@ -72,6 +73,7 @@ pub use client::DaemonClient;
 pub use connect::{BranchInfo, Client, CommitInfo, Diff, Entry};
 pub use error::{Error, Result, Source};
 pub use exec::{ExecBuilder, ExecHandle, ExecStdin, ExecStream, ExitStatus, Output};
+pub use microvm::MicroVm;
 pub use remote::Remote;
 pub use sandbox::{
     Expose, Limits, Network, Sandbox, SandboxFilter, SandboxInfo, SandboxSpec, SandboxState,

@@ -106,6 +106,9 @@ pub struct SandboxSpec {
     /// host Workspaces' scratch and run directories; not supported by the
     /// docker backend yet.
     pub expose: Vec<Expose>,
+    /// Run in this project's microVM ([`crate::microvm`]), started if
+    /// needed: a native Sandbox inside the VM, reached through its server.
+    pub microvm: Option<crate::microvm::MicroVm>,
 }
 
 impl SandboxSpec {
@@ -125,6 +128,7 @@ impl SandboxSpec {
             docker_image: None,
             expose: Vec::new(),
             project: None,
+            microvm: None,
         }
     }
     /// Show the host path `path` to commands, read-only (`writable`:
@@ -546,6 +550,9 @@ impl Sandbox {
                 }
             }
         }
+        if let Some(found) = crate::microvm::find_workspace(id).await {
+            return Ok(found);
+        }
         Err(Error::not_found(
             format!("Workspace {id}"),
             "no running Sandbox has it mounted; list them with `strata ws list`",
@@ -559,6 +566,9 @@ impl Sandbox {
             if let Ok(Ok(h)) = tokio::time::timeout(LOOKUP_TIMEOUT, sb.exec_by_id(id)).await {
                 return Ok((sb, h));
             }
+        }
+        if let Some(found) = crate::microvm::find_exec(id).await {
+            return Ok(found);
         }
         Err(Error::not_found(
             format!("exec {id}"),

@@ -106,6 +106,15 @@ impl Client {
     /// Store is this client's, whatever `spec.store` says) or by the
     /// server, for `spec.project` when given.
     pub async fn create_sandbox(&self, mut spec: SandboxSpec) -> Result<Sandbox> {
+        if let Some(vm) = spec.microvm.take() {
+            return match &self.inner {
+                Inner::Local(_) => crate::microvm::create(spec, vm).await,
+                Inner::Remote(_) => Err(Error::invalid(
+                    "SandboxSpec::microvm through a server",
+                    "a project's VM is started by a client on the VM's host; create it in-process",
+                )),
+            };
+        }
         match &self.inner {
             Inner::Local(s) => {
                 spec.store = s.dir().to_path_buf();
@@ -180,7 +189,10 @@ impl Client {
     /// Open Sandbox `id` (B8), e.g. from another process.
     pub async fn sandbox(&self, id: &str) -> Result<Sandbox> {
         match &self.inner {
-            Inner::Local(_) => Sandbox::open_in(id, self.sandbox_state.clone()).await,
+            Inner::Local(_) => match crate::microvm::open(id, None).await? {
+                Some(sb) => Ok(sb),
+                None => Sandbox::open_in(id, self.sandbox_state.clone()).await,
+            },
             Inner::Remote(r) => {
                 let w: wire::SandboxInfo = r
                     .call(
