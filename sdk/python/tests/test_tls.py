@@ -13,7 +13,9 @@ from typing import Iterator
 import pytest
 
 import strata
-from conftest import Server
+from conftest import Server, require_sandboxes, unique
+from strata._wire import parse_url
+from strata._ws import _open_socket
 
 
 @pytest.fixture
@@ -61,3 +63,23 @@ def test_pinned_fingerprint(server: Server, tls_server: tuple[str, str], project
     asyncio.run(main())
     with pytest.raises(strata.ConfigError, match="https"):
         strata.Strata.connect(server.url, server.token, fingerprint=fp)
+
+
+def test_interactive_over_pinned_tls(
+    server: Server, tls_server: tuple[str, str], project: str
+) -> None:
+    """The interactive WebSocket opens its own TLS connection: pinned like
+    the client's, checked before the upgrade request (with the token)."""
+    require_sandboxes()
+    url, fp = tls_server
+    with strata.Strata.connect(url, server.token, fingerprint=fp) as s:
+        sb = s.sandboxes.create(labels={"test": unique("tls")})
+        try:
+            ws = sb.mount(f"{project}/main")
+            with ws.run(["sh", "-c", "test -t 0 && echo tls-tty"], tty=True) as p:
+                r = p.wait(timeout=60)
+            assert r.exit_code == 0 and b"tls-tty\r\n" in r.stdout_bytes, r
+        finally:
+            sb.close(discard=True)
+    with pytest.raises(strata.TransportError, match="not the pinned one"):
+        _open_socket(parse_url(url), True, "sha256:" + "00" * 32, 10.0)
