@@ -13,6 +13,11 @@
 //!   Store already there, so its first two calls create a project and
 //!   write its two files as one commit).
 //!
+//! Beside the wall-clock rows, the client's own CPU time per list and per
+//! exec (the Python process's `time.process_time()`, the Rust client
+//! thread's schedstat), which a loaded machine inflates far less than the
+//! wall clock: what the Python SDK adds is read there best.
+//!
 //! The Python side is `sdk/python/bench/pair.py`, run with the test venv's
 //! interpreter (`$STRATA_TEST_PYTHON`, else `target/py-venv/bin/python`)
 //! and this repository's `sdk/python/src` first on `PYTHONPATH`; it prints
@@ -147,12 +152,28 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     result
 }
 
-/// The Rust side's samples (milliseconds).
+/// The Rust side's samples (milliseconds) and the CPU time its client
+/// thread spent in the timed lists and execs (nanoseconds).
 #[derive(Default)]
 struct Samples {
     lists: Vec<f64>,
     execs: Vec<f64>,
     flows: Vec<f64>,
+    lists_cpu_ns: u64,
+    execs_cpu_ns: u64,
+}
+
+/// This thread's time on a CPU so far, in nanoseconds: the first field of
+/// /proc/thread-self/schedstat (proc(5)). The client runs on this thread
+/// (a current-thread runtime) and the server on the other runtime's, so
+/// this is the Rust SDK's own work, as `time.process_time()` is the
+/// Python side's.
+fn thread_cpu_ns() -> anyhow::Result<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat")?;
+    s.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("/proc/thread-self/schedstat: {s:?}"))
 }
 
 /// What pair.py prints.
@@ -161,7 +182,9 @@ struct PySide {
     python: String,
     httpx: String,
     branch_list_ms: Vec<f64>,
+    branch_list_cpu_ms: f64,
     exec_true_ms: Vec<f64>,
+    exec_true_cpu_ms: f64,
     flow_ms: Vec<f64>,
 }
 
@@ -211,12 +234,16 @@ async fn side_by_side(
     let flow_halves = [n.flows / 2, n.flows - n.flows / 2];
     let mut pyside = None;
     for half in 0..2 {
+        let cpu = thread_cpu_ns()?;
         for _ in 0..halves[half] {
             rust.lists.push(list().await?);
         }
+        rust.lists_cpu_ns += thread_cpu_ns()? - cpu;
+        let cpu = thread_cpu_ns()?;
         for _ in 0..exec_halves[half] {
             rust.execs.push(exec().await?);
         }
+        rust.execs_cpu_ns += thread_cpu_ns()? - cpu;
         for i in 0..flow_halves[half] {
             rust.flows.push(flow(c, &format!("rust-{half}-{i}")).await?);
         }
@@ -240,7 +267,26 @@ async fn side_by_side(
             None => row.goal("(report)", true),
         }
     };
+    let per_call = |ns: u64, calls: usize| ns as f64 / 1e6 / calls.max(1) as f64;
+    let (list_cpu, exec_cpu) = (
+        per_call(rust.lists_cpu_ns, rust.lists.len()),
+        per_call(rust.execs_cpu_ns, rust.execs.len()),
+    );
     Ok(vec![
+        side(
+            "client CPU per branch list: Python process vs Rust SDK thread (mean)".into(),
+            "ms",
+            p.branch_list_cpu_ms,
+            list_cpu,
+            Some(1.0),
+        ),
+        side(
+            "client CPU per exec of `true`: Python process vs Rust SDK thread (mean)".into(),
+            "ms",
+            p.exec_true_cpu_ms,
+            exec_cpu,
+            Some(1.0),
+        ),
         side(
             format!(
                 "branch list (10 branches), Python SDK (median of {})",

@@ -6,10 +6,12 @@ server the benchmark started, on the Sandbox and Workspace it made.
 
 Prints one JSON object on stdout: the wall-clock milliseconds of every
 timed call (after the warm-up calls, which are not timed), which the
-benchmark turns into medians and p99s beside its own:
+benchmark turns into medians and p99s beside its own, and this process's
+mean CPU time per call (`*_cpu_ms`):
 
     {"python": "3.11.2", "httpx": "0.28.1",
-     "branch_list_ms": [...], "exec_true_ms": [...], "flow_ms": [...],
+     "branch_list_ms": [...], "branch_list_cpu_ms": 0.4,
+     "exec_true_ms": [...], "exec_true_cpu_ms": 1.1, "flow_ms": [...],
      "flow_steps": [["create a project", 1.2], ...]}
 
     python pair.py --url unix:///…/server.sock --token T --project b \\
@@ -37,16 +39,20 @@ import strata
 from bench import flow
 
 
-def timed(f: Callable[[], Any], n: int, warm: int) -> list[float]:
-    """`warm` untimed calls of `f`, then the milliseconds of `n` more."""
+def timed(f: Callable[[], Any], n: int, warm: int) -> tuple[list[float], float]:
+    """`warm` untimed calls of `f`, then the milliseconds of `n` more, and
+    the mean CPU time of this process per timed call (ms): the client's
+    own work, which waiting for the server or a busy machine's run queue
+    does not add to."""
     for _ in range(warm):
         f()
     out = []
+    cpu = time.process_time()
     for _ in range(n):
         t = time.perf_counter()
         f()
         out.append((time.perf_counter() - t) * 1e3)
-    return out
+    return out, (time.process_time() - cpu) * 1e3 / max(n, 1)
 
 
 def main() -> None:
@@ -71,7 +77,7 @@ def main() -> None:
             if got != a.branches:
                 sys.exit(f"pair.py: {a.project} has {got} branches, expected {a.branches}")
 
-        lists = timed(branch_list, a.rounds, a.warm)
+        lists, lists_cpu = timed(branch_list, a.rounds, a.warm)
 
         sb = s.sandboxes.get(a.sandbox)
         found = [w for w in sb.workspaces() if w.id == a.workspace]
@@ -84,7 +90,7 @@ def main() -> None:
             if r.exit_code != 0:
                 sys.exit(f"pair.py: `true` ended with {r}")
 
-        execs = timed(exec_true, a.exec_rounds, a.exec_warm)
+        execs, execs_cpu = timed(exec_true, a.exec_rounds, a.exec_warm)
 
         # One untimed flow first (the first Sandbox create of a process
         # pays for code paths not yet warm), then the timed ones.
@@ -100,7 +106,9 @@ def main() -> None:
             "python": platform.python_version(),
             "httpx": httpx.__version__,
             "branch_list_ms": lists,
+            "branch_list_cpu_ms": lists_cpu,
             "exec_true_ms": execs,
+            "exec_true_cpu_ms": execs_cpu,
             "flow_ms": [sum(ms for _, ms in f) for f in flows],
             "flow_steps": steps,
         },
