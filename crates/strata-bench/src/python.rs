@@ -55,18 +55,18 @@ fn python() -> anyhow::Result<PathBuf> {
     };
     anyhow::ensure!(
         py.exists(),
-        "the python group needs a Python with httpx: {from} {} does not exist; make the venv \
+        "the python group needs a Python with httpx and websockets: {from} {} does not exist; make the venv \
          with `scripts/test --setup-only` (target/py-venv, from scripts/requirements-test.txt) \
          or point STRATA_TEST_PYTHON at one",
         py.display()
     );
     let o = std::process::Command::new(&py)
-        .args(["-c", "import httpx"])
+        .args(["-c", "import httpx, websockets"])
         .output()?;
     anyhow::ensure!(
         o.status.success(),
-        "the python group: {} cannot import httpx (make the venv again with `scripts/test \
-         --setup-only`): {}",
+        "the python group: {} cannot import the SDK's dependencies httpx and websockets (make \
+         the venv again with `scripts/test --setup-only`): {}",
         py.display(),
         String::from_utf8_lossy(&o.stderr).trim()
     );
