@@ -228,8 +228,6 @@ class SyncDriver:
         self.timeout = timeout
         # For the interactive WebSocket, which opens its own connection.
         self.token = token
-        self.verify = verify
-        self.fingerprint = fingerprint
         transport: Optional[httpx.BaseTransport] = None
         if fingerprint is not None:
             transport = cast(httpx.HTTPTransport, pinned_transport(fingerprint, False))
@@ -398,8 +396,6 @@ class AsyncDriver:
         self.timeout = timeout
         # For the interactive WebSocket, which opens its own connection.
         self.token = token
-        self.verify = verify
-        self.fingerprint = fingerprint
         transport: Optional[httpx.AsyncBaseTransport] = None
         if fingerprint is not None:
             transport = cast(httpx.AsyncHTTPTransport, pinned_transport(fingerprint, True))

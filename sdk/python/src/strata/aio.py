@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Literal, Mapping, Optional, Sequence, Uni
 
 from . import _ops as ops
 from ._ops import Callback, Data
-from ._ws import AsyncInteractive
+from ._ws import refuse_https, AsyncInteractive
 from ._wire import DEFAULT, DEFAULT_TIMEOUT, AsyncDriver, parse_url
 from .client import SLOW_TIMEOUT, resolve
 from .errors import ConfigError
@@ -471,6 +471,7 @@ class Workspace:
         ``rows`` x ``cols`` terminal on one WebSocket (docs/python.md,
         "Interactive commands"); returns at once. ``timeout`` is the
         command's own (then it is cancelled), as in :meth:`run`."""
+        refuse_https(self._d.endpoint)
         body = ops.exec_request(
             self.id,
             argv,
@@ -487,8 +488,6 @@ class Workspace:
         return await AsyncInteractive.open(
             d.endpoint,
             d.token,
-            d.verify,
-            d.fingerprint,
             ops.ex_path(self.sandbox.id, eid, "/ws"),
             eid,
             pid,

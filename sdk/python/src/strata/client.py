@@ -8,7 +8,7 @@ from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, o
 
 from . import _ops as ops
 from ._ops import Callback, Data
-from ._ws import Interactive
+from ._ws import refuse_https, Interactive
 from ._wire import DEFAULT, DEFAULT_TIMEOUT, SyncDriver, default_store, parse_url
 from .errors import ConfigError
 from .types import (
@@ -503,6 +503,7 @@ class Workspace:
         ``rows`` x ``cols`` terminal on one WebSocket (docs/python.md,
         "Interactive commands"); returns at once. ``timeout`` is the
         command's own (then it is cancelled), as in :meth:`run`."""
+        refuse_https(self._d.endpoint)
         body = ops.exec_request(
             self.id,
             argv,
@@ -519,8 +520,6 @@ class Workspace:
         return Interactive.open(
             d.endpoint,
             d.token,
-            d.verify,
-            d.fingerprint,
             ops.ex_path(self.sandbox.id, eid, "/ws"),
             eid,
             pid,
