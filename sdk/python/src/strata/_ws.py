@@ -12,10 +12,10 @@ with ``{"error": ...}`` reports a control the server refused.
 clients of it. The socket is opened here (a Unix socket or TCP) and
 handed to websockets. Not over ``https://`` yet: with TLS done by the ssl
 module on the socket, the sync client's handshake hung now and then in
-tests (websockets reads from one thread while the caller writes from
-another, and one OpenSSL connection must not be used by two threads at
-once), so both clients refuse it with :class:`ConfigError` before
-anything is started.
+tests (likely, not proven: websockets reads from one thread while the
+caller writes from another, and one OpenSSL connection must not be used
+by two threads at once), so both clients refuse it with
+:class:`ConfigError` before anything is started.
 """
 
 from __future__ import annotations
