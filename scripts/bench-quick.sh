@@ -4,7 +4,9 @@
 # goals are read from the table, never asserted (docs/benchmarks.md).
 #
 # Needs what the groups need: root and /dev/fuse (fs, sandbox), git, tar,
-# fuse-overlayfs for the peer column (skipped with a note when missing).
+# fuse-overlayfs for the peer column (skipped with a note when missing),
+# and for the python group the test venv target/py-venv with httpx
+# (scripts/test makes it first; .ci/run runs this after scripts/test).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${BENCH_JSON:-$ROOT/target/bench-quick.json}
@@ -13,7 +15,7 @@ cargo run -q --release -p strata-bench --manifest-path "$ROOT/Cargo.toml" -- \
 python3 - "$OUT" <<'PY'
 import json, math, sys
 rows = json.load(open(sys.argv[1]))["rows"]
-want = {"store", "fs", "sandbox", "rootless"}
+want = {"store", "fs", "sandbox", "rootless", "python"}
 groups = {r["group"] for r in rows}
 missing = want - groups
 bad = [r["workload"] for r in rows

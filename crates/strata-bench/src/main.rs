@@ -7,6 +7,7 @@
 mod edit_commit;
 mod fs;
 mod mcp;
+mod python;
 mod report;
 mod rootless;
 mod sandbox;
@@ -26,7 +27,7 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs, sandbox, rootless, server, mcp).
+    /// Run only this group (store, fs, sandbox, rootless, server, mcp, python).
     #[arg(long)]
     only: Option<String>,
     /// Run only the workloads whose name contains one of these
@@ -90,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         ("rootless", rootless::run),
         ("server", server::run),
         ("mcp", mcp::run),
+        ("python", python::run),
     ];
     let mut rows = Vec::new();
     for (name, f) in groups {

@@ -485,7 +485,21 @@ async fn session(
             }
         }
     }
-    input.abort();
+    // RFC 6455 §7.1.1: the TCP connection is closed after both sending
+    // and receiving a Close frame. The input task ends when the client's
+    // Close (or the end of its stream) arrives; dropping the socket before
+    // that resets a client still answering our Close, and clients that
+    // treat that write error as fatal (Python's websockets) then lose the
+    // frames they had not handed out yet, the exit frame among them. A
+    // client that never answers is cut off after a grace period.
+    let mut input = input;
+    if tokio::time::timeout(std::time::Duration::from_secs(2), &mut input)
+        .await
+        .is_err()
+    {
+        input.abort();
+    }
+    drop(tx);
 }
 
 #[cfg(test)]

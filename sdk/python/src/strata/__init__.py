@@ -20,6 +20,7 @@ from .aio import Files as AsyncFiles
 from .aio import Process as AsyncProcess
 from .aio import Sandbox as AsyncSandbox
 from .aio import Workspace as AsyncWorkspace
+from ._ws import AsyncInteractive, Interactive
 from .client import Files, Process, Sandbox, Strata, Workspace
 from .errors import (
     AlreadyExists,
@@ -69,11 +70,13 @@ __all__ = [
     "Workspace",
     "Files",
     "Process",
+    "Interactive",
     "AsyncStrata",
     "AsyncSandbox",
     "AsyncWorkspace",
     "AsyncFiles",
     "AsyncProcess",
+    "AsyncInteractive",
     "StrataError",
     "ConfigError",
     "TransportError",

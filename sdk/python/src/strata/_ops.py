@@ -427,6 +427,7 @@ def exec_request(
     stdin: Union[Data, bool, None],
     timeout: Optional[float],
     tty: bool = False,
+    tty_size: Optional[tuple[int, int]] = None,
 ) -> dict[str, Any]:
     if isinstance(argv, (str, bytes)):
         raise ValueError(
@@ -454,6 +455,8 @@ def exec_request(
         body["timeout_ms"] = max(1, int(timeout * 1000))
     if tty:
         body["tty"] = True
+        if tty_size is not None:
+            body["tty_size"] = [int(tty_size[0]), int(tty_size[1])]
     return body
 
 

@@ -226,6 +226,8 @@ class SyncDriver:
     ) -> None:
         self.endpoint = ep
         self.timeout = timeout
+        # For the interactive WebSocket, which opens its own connection.
+        self.token = token
         transport: Optional[httpx.BaseTransport] = None
         if fingerprint is not None:
             transport = cast(httpx.HTTPTransport, pinned_transport(fingerprint, False))
@@ -392,6 +394,8 @@ class AsyncDriver:
     ) -> None:
         self.endpoint = ep
         self.timeout = timeout
+        # For the interactive WebSocket, which opens its own connection.
+        self.token = token
         transport: Optional[httpx.AsyncBaseTransport] = None
         if fingerprint is not None:
             transport = cast(httpx.AsyncHTTPTransport, pinned_transport(fingerprint, True))

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Literal, Mapping, Optional, Sequence, Uni
 
 from . import _ops as ops
 from ._ops import Callback, Data
+from ._ws import refuse_https, AsyncInteractive
 from ._wire import DEFAULT, DEFAULT_TIMEOUT, AsyncDriver, parse_url
 from .client import SLOW_TIMEOUT, resolve
 from .errors import ConfigError
@@ -355,6 +356,7 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: Literal[False] = False,
+        tty: Literal[False] = False,
     ) -> RunResult: ...
 
     @overload
@@ -370,7 +372,22 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: Literal[True],
+        tty: Literal[False] = False,
     ) -> Process: ...
+
+    @overload
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: Literal[True],
+        rows: int = 24,
+        cols: int = 80,
+    ) -> AsyncInteractive: ...
 
     async def run(
         self,
@@ -384,7 +401,10 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: bool = False,
-    ) -> Union[RunResult, Process]:
+        tty: bool = False,
+        rows: int = 24,
+        cols: int = 80,
+    ) -> Union[RunResult, Process, AsyncInteractive]:
         """Run a command (no shell: ``argv[0]`` is the program) in this
         Workspace.
 
@@ -401,15 +421,27 @@ class Workspace:
             cwd: working directory inside the Sandbox (default: the mount).
             user: ``UID:GID`` (default ``1500:1500``).
             background: return a :class:`Process` at once instead of waiting.
+            tty: run it on a terminal (``rows`` x ``cols``) and return an
+                :class:`strata.AsyncInteractive` at once: :meth:`interactive`.
 
         Returns:
             a :class:`strata.RunResult` (``exit_code``, ``stdout``,
-            ``stderr``...), or with ``background=True`` a :class:`Process`.
+            ``stderr``...), with ``background=True`` a :class:`Process`,
+            with ``tty=True`` a :class:`strata.AsyncInteractive`.
 
         Raises:
             strata.ExecFailed: the program could not be started.
             strata.CommandTimeout: ``timeout`` ran out.
         """
+        if tty:
+            if background or stdin is not None or on_stdout or on_stderr:
+                raise ValueError(
+                    "tty=True returns an AsyncInteractive at once: write its input with send(), "
+                    "iterate its output; background, stdin and callbacks do not apply"
+                )
+            return await self.interactive(
+                argv, tty=True, rows=rows, cols=cols, timeout=timeout, env=env, cwd=cwd, user=user
+            )
         if stdin is True and not background:
             raise ValueError(
                 "stdin=True opens a pipe to write to: use it with background=True, "
@@ -422,6 +454,45 @@ class Workspace:
             eid, pid = await self._d.run(ops.exec_create(self.sandbox.id, body))
             return Process(self._d, self.sandbox.id, eid, pid, on_stdout, on_stderr, timeout)
         return await self._d.run(ops.run(self.sandbox.id, body, on_stdout, on_stderr, timeout))
+
+    async def interactive(
+        self,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        rows: int = 24,
+        cols: int = 80,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> AsyncInteractive:
+        """Start a command with its stdin, output and (``tty=True``) a
+        ``rows`` x ``cols`` terminal on one WebSocket (docs/python.md,
+        "Interactive commands"); returns at once. ``timeout`` is the
+        command's own (then it is cancelled), as in :meth:`run`."""
+        refuse_https(self._d.endpoint)
+        body = ops.exec_request(
+            self.id,
+            argv,
+            env=env,
+            cwd=cwd,
+            user=user,
+            stdin=True,
+            timeout=timeout,
+            tty=tty,
+            tty_size=(rows, cols) if tty else None,
+        )
+        eid, pid = await self._d.run(ops.exec_create(self.sandbox.id, body))
+        d = self._d
+        return await AsyncInteractive.open(
+            d.endpoint,
+            d.token,
+            ops.ex_path(self.sandbox.id, eid, "/ws"),
+            eid,
+            pid,
+            d.timeout,
+        )
 
     async def status(self) -> list[WorkspaceChange]:
         """Paths changed since the base commit, sorted."""

@@ -8,6 +8,7 @@ from typing import Any, Iterator, Literal, Mapping, Optional, Sequence, Union, o
 
 from . import _ops as ops
 from ._ops import Callback, Data
+from ._ws import refuse_https, Interactive
 from ._wire import DEFAULT, DEFAULT_TIMEOUT, SyncDriver, default_store, parse_url
 from .errors import ConfigError
 from .types import (
@@ -387,6 +388,7 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: Literal[False] = False,
+        tty: Literal[False] = False,
     ) -> RunResult: ...
 
     @overload
@@ -402,7 +404,22 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: Literal[True],
+        tty: Literal[False] = False,
     ) -> Process: ...
+
+    @overload
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        tty: Literal[True],
+        rows: int = 24,
+        cols: int = 80,
+    ) -> Interactive: ...
 
     def run(
         self,
@@ -416,7 +433,10 @@ class Workspace:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         background: bool = False,
-    ) -> Union[RunResult, Process]:
+        tty: bool = False,
+        rows: int = 24,
+        cols: int = 80,
+    ) -> Union[RunResult, Process, Interactive]:
         """Run a command (no shell: ``argv[0]`` is the program) in this
         Workspace.
 
@@ -433,15 +453,27 @@ class Workspace:
             cwd: working directory inside the Sandbox (default: the mount).
             user: ``UID:GID`` (default ``1500:1500``).
             background: return a :class:`Process` at once instead of waiting.
+            tty: run it on a terminal (``rows`` x ``cols``) and return an
+                :class:`strata.Interactive` at once: :meth:`interactive`.
 
         Returns:
             a :class:`strata.RunResult` (``exit_code``, ``stdout``,
-            ``stderr``...), or with ``background=True`` a :class:`Process`.
+            ``stderr``...), with ``background=True`` a :class:`Process`,
+            with ``tty=True`` a :class:`strata.Interactive`.
 
         Raises:
             strata.ExecFailed: the program could not be started.
             strata.CommandTimeout: ``timeout`` ran out.
         """
+        if tty:
+            if background or stdin is not None or on_stdout or on_stderr:
+                raise ValueError(
+                    "tty=True returns an Interactive at once: write its input with send(), "
+                    "iterate its output; background, stdin and callbacks do not apply"
+                )
+            return self.interactive(
+                argv, tty=True, rows=rows, cols=cols, timeout=timeout, env=env, cwd=cwd, user=user
+            )
         if stdin is True and not background:
             raise ValueError(
                 "stdin=True opens a pipe to write to: use it with background=True, "
@@ -454,6 +486,45 @@ class Workspace:
             eid, pid = self._d.run(ops.exec_create(self.sandbox.id, body))
             return Process(self._d, self.sandbox.id, eid, pid, on_stdout, on_stderr, timeout)
         return self._d.run(ops.run(self.sandbox.id, body, on_stdout, on_stderr, timeout))
+
+    def interactive(
+        self,
+        argv: Sequence[str],
+        *,
+        tty: bool = False,
+        rows: int = 24,
+        cols: int = 80,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+    ) -> Interactive:
+        """Start a command with its stdin, output and (``tty=True``) a
+        ``rows`` x ``cols`` terminal on one WebSocket (docs/python.md,
+        "Interactive commands"); returns at once. ``timeout`` is the
+        command's own (then it is cancelled), as in :meth:`run`."""
+        refuse_https(self._d.endpoint)
+        body = ops.exec_request(
+            self.id,
+            argv,
+            env=env,
+            cwd=cwd,
+            user=user,
+            stdin=True,
+            timeout=timeout,
+            tty=tty,
+            tty_size=(rows, cols) if tty else None,
+        )
+        eid, pid = self._d.run(ops.exec_create(self.sandbox.id, body))
+        d = self._d
+        return Interactive.open(
+            d.endpoint,
+            d.token,
+            ops.ex_path(self.sandbox.id, eid, "/ws"),
+            eid,
+            pid,
+            d.timeout,
+        )
 
     def status(self) -> list[WorkspaceChange]:
         """Paths changed since the base commit, sorted."""
