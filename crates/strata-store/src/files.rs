@@ -398,6 +398,9 @@ impl Store {
                 .map_err(|e| StoreError::io("write", dest, e))
         })?;
         buf.flush().map_err(|e| StoreError::io("write", dest, e))?;
+        if c.size >= crate::batch::SHRINK_AFTER as u64 {
+            crate::batch::shrink_cache(&conn);
+        }
         Ok(())
     }
 }

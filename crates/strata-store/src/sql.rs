@@ -88,5 +88,11 @@ pub const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode=WAL";
 /// WAL checkpoint every 4,096 pages (16 MiB) instead of 1,000.
 pub const CONNECTION_PRAGMAS: &str =
     "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;";
+/// Give a connection's cached pages back to the allocator. Run after a
+/// transaction or read of many MiB of chunk bytes (batch.rs, files.rs):
+/// the page cache holds up to 64 MiB per connection, and pages of chunk
+/// blobs are rarely read again, so keeping them only grows the process
+/// (which every fork(2) of a Sandbox's daemon pays for: docs/benchmarks.md).
+pub const SHRINK_MEMORY: &str = "PRAGMA shrink_memory";
 /// After gc: return freed pages to the filesystem and truncate the WAL.
 pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";
