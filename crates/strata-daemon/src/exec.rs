@@ -222,6 +222,8 @@ impl Exec {
         }
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.kill_on_drop(false);
+        // The spawn forks this process: smaller is cheaper (release_free_heap).
+        strata_sandbox::release_free_heap();
         let mut child = cmd.spawn().map_err(spawn_err)?;
         // Our copies of the slave go with `cmd`: the master then reads EOF
         // (EIO) once the command's side is closed. So does our copy of the

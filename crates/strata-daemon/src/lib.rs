@@ -71,6 +71,9 @@ pub fn main_from_args(args: &[std::ffi::OsString]) -> Result<(), DaemonError> {
 /// [`DaemonConfig::recover_workspaces`] the next start on the same scratch
 /// mounts them again) and remove the socket.
 pub fn run(config: DaemonConfig) -> Result<(), DaemonError> {
+    // Before any thread starts: the heap stays small for the forks of
+    // every exec (strata_sandbox::heap).
+    strata_sandbox::fix_mmap_threshold();
     let token = read_token(&config.token_file)?;
     init_logging(&config.log_file)?;
     let opts = strata_store::StoreOptions {

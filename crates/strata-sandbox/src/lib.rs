@@ -58,6 +58,7 @@ pub mod confine;
 pub mod daemon_view;
 mod dev;
 pub mod exec;
+pub mod heap;
 pub mod hostview;
 mod init;
 pub mod internal;
@@ -84,6 +85,7 @@ pub use exec::{
     drop_privileges_and_exec, exec_privileged, ExecError, ExecSpec, Failure, Identity,
     PreparedExec, Session, SpecError, DEFAULT_GID, DEFAULT_UID,
 };
+pub use heap::{fix_mmap_threshold, release_free_heap};
 pub use internal::{
     exec_helper_command, maybe_run_internal, parse_report, HelperCommand, HelperReport, EXEC_ARG,
     INIT_ARG,

@@ -16,6 +16,18 @@ use std::thread::JoinHandle;
 const BATCH_BYTES: usize = 32 << 20;
 const BATCH_OBJECTS: usize = 50_000;
 
+/// After a transaction or a read of at least this many bytes a connection
+/// gives its cached pages back ([`shrink_cache`]).
+pub(crate) const SHRINK_AFTER: usize = 8 << 20;
+
+/// Free the page cache of `conn` (sql::SHRINK_MEMORY says why). Failing
+/// to is harmless: the pages stay cached.
+pub(crate) fn shrink_cache(conn: &rusqlite::Connection) {
+    if let Err(e) = conn.execute_batch(crate::sql::SHRINK_MEMORY) {
+        tracing::debug!("shrink the page cache: {e}");
+    }
+}
+
 /// Counts of objects that were new to the Store and their stored bytes.
 type Counts = (u64, u64);
 
@@ -161,5 +173,10 @@ fn insert_batch(store: &Store, mut batch: Vec<Prepared>) -> Result<Counts> {
         }
     }
     tx.commit().ctx("commit written objects")?;
+    let bytes: usize = batch.iter().map(|p| p.data.len()).sum();
+    drop(batch);
+    if bytes >= SHRINK_AFTER {
+        shrink_cache(&conn);
+    }
     Ok(counts)
 }

@@ -383,6 +383,10 @@ impl Store {
         let conn = self.reader();
         let mut zero_id: Option<ObjectId> = None;
         let mut buf = std::io::BufWriter::with_capacity(1 << 20, f);
+        // Where the next byte written lands. A seek flushes the BufWriter,
+        // so it is made only after a hole: a copy-up of 32 MiB of chunks
+        // made 8,192 lseek and 8,192 4 KiB write calls, now 32 writes.
+        let mut pos = 0u64;
         visit_chunks(&conn, c, 0..c.size, None, &mut |start, id, size| {
             if zero_id == Some(id) {
                 return Ok(());
@@ -392,12 +396,18 @@ impl Store {
                 zero_id = Some(id);
                 return Ok(());
             }
-            buf.seek(SeekFrom::Start(start))
-                .map_err(|e| StoreError::io("seek in", dest, e))?;
+            if start != pos {
+                buf.seek(SeekFrom::Start(start))
+                    .map_err(|e| StoreError::io("seek in", dest, e))?;
+            }
+            pos = start + size;
             buf.write_all(&raw)
                 .map_err(|e| StoreError::io("write", dest, e))
         })?;
         buf.flush().map_err(|e| StoreError::io("write", dest, e))?;
+        if c.size >= crate::batch::SHRINK_AFTER as u64 {
+            crate::batch::shrink_cache(&conn);
+        }
         Ok(())
     }
 }

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod batch;
+mod checkpoint;
 mod chunker;
 mod diff;
 mod edit;

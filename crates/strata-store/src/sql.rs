@@ -88,5 +88,18 @@ pub const JOURNAL_MODE_WAL: &str = "PRAGMA journal_mode=WAL";
 /// WAL checkpoint every 4,096 pages (16 MiB) instead of 1,000.
 pub const CONNECTION_PRAGMAS: &str =
     "PRAGMA cache_size = -65536; PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 4096;";
+/// The write connection leaves checkpoints to the checkpoint thread
+/// (checkpoint.rs).
+pub const NO_AUTOCHECKPOINT: &str = "PRAGMA wal_autocheckpoint = 0";
+/// (busy, frames in the WAL, frames already copied), doing no work.
+pub const WAL_PENDING: &str = "PRAGMA wal_checkpoint(NOOP)";
+/// Copy what no reader still needs from the WAL; never waits.
+pub const WAL_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
+/// Give a connection's cached pages back to the allocator. Run after a
+/// transaction or read of many MiB of chunk bytes (batch.rs, files.rs):
+/// the page cache holds up to 64 MiB per connection, and pages of chunk
+/// blobs are rarely read again, so keeping them only grows the process
+/// (which every fork(2) of a Sandbox's daemon pays for: docs/benchmarks.md).
+pub const SHRINK_MEMORY: &str = "PRAGMA shrink_memory";
 /// After gc: return freed pages to the filesystem and truncate the WAL.
 pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";

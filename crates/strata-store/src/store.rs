@@ -1,6 +1,7 @@
 //! Opening and creating a Store: the directory, its database, its lock file,
 //! and the checks that refuse anything that is not a Store we understand.
 
+use crate::checkpoint::Checkpointer;
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::sql;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -49,6 +50,34 @@ pub(crate) struct Inner {
     pub(crate) deltas: bool,
     /// Bytes of source files read to store file contents (`write_file_*`).
     pub(crate) source_read: std::sync::atomic::AtomicU64,
+    /// Checkpoints the WAL after writes, off the writers' path.
+    pub(crate) ckpt: Checkpointer,
+}
+
+/// The write connection, held: tells the checkpoint thread when released
+/// that a write transaction may have grown the WAL (checkpoint.rs).
+pub(crate) struct WriteConn<'a> {
+    conn: MutexGuard<'a, Connection>,
+    ckpt: &'a Checkpointer,
+}
+
+impl std::ops::Deref for WriteConn<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for WriteConn<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for WriteConn<'_> {
+    fn drop(&mut self) {
+        self.ckpt.poke();
+    }
 }
 
 /// A Store: one directory holding one SQLite database. Cheap to clone.
@@ -185,9 +214,17 @@ impl Store {
         write
             .pragma_update(None, "synchronous", sync)
             .ctx("set synchronous")?;
+        write
+            .execute_batch(sql::NO_AUTOCHECKPOINT)
+            .ctx("hand checkpoints to the checkpoint thread")?;
         let read = connect(&db, false)?;
         read.pragma_update(None, "synchronous", sync)
             .ctx("set synchronous")?;
+        let ckpt_conn = connect(&db, false)?;
+        ckpt_conn
+            .pragma_update(None, "synchronous", sync)
+            .ctx("set synchronous")?;
+        let ckpt = Checkpointer::start(ckpt_conn)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 dir: dir.to_path_buf(),
@@ -197,6 +234,7 @@ impl Store {
                 sessions: Mutex::new(0),
                 deltas: deltas && !opts.no_deltas,
                 source_read: Default::default(),
+                ckpt,
             }),
         })
     }
@@ -230,8 +268,11 @@ impl Store {
         self.inner.read.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn writer(&self) -> MutexGuard<'_, Connection> {
-        self.inner.write.lock().unwrap_or_else(|p| p.into_inner())
+    pub(crate) fn writer(&self) -> WriteConn<'_> {
+        WriteConn {
+            conn: self.inner.write.lock().unwrap_or_else(|p| p.into_inner()),
+            ckpt: &self.inner.ckpt,
+        }
     }
 
     /// Hold the Store's lock file shared for the duration of a write session

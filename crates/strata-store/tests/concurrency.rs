@@ -63,3 +63,43 @@ fn parallel_writers_lose_nothing() {
     }
     assert!(store.fsck(&NoProgress).unwrap().ok);
 }
+
+/// The WAL is checkpointed by the Store's own thread (checkpoint.rs), not
+/// by the commit that crossed the threshold: after two 20 MiB files and no
+/// write since, the WAL's pages still get copied into the database (each
+/// write alone leaves more than the 4,096-page threshold), and everything
+/// reads back through a reopened Store.
+#[test]
+fn the_wal_is_checkpointed_in_the_background_after_large_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let files: Vec<Vec<u8>> = (0..2).map(|i| seeded_bytes(700 + i, 20 << 20)).collect();
+    let contents: Vec<FileContent> = files
+        .iter()
+        .map(|b| store.write_file_bytes(b, None).unwrap())
+        .collect();
+    let conn = rusqlite::Connection::open(tmp.path().join("store/strata.db")).unwrap();
+    let pending = || -> i64 {
+        let (log, done): (i64, i64) = conn
+            .query_row("PRAGMA wal_checkpoint(NOOP)", [], |r| {
+                Ok((r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        log - done
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pending() >= 4096 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 60 s the WAL still holds {} pages not copied into the database",
+            pending()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(conn);
+    drop(store);
+    let store = Store::open(&tmp.path().join("store"), &StoreOptions::default()).unwrap();
+    for (b, c) in files.iter().zip(&contents) {
+        assert!(store.read_file_range(c, 0, b.len()).unwrap() == *b);
+    }
+}

@@ -116,6 +116,29 @@ proptest! {
     }
 }
 
+/// A materialized file (the copy-up of a Workspace) holds exactly the
+/// stored bytes: data, a run of zero chunks left as a hole, data again
+/// (the write after the hole must seek; contiguous chunks must not), and a
+/// zero tail that only the final length provides.
+#[test]
+fn materialize_writes_data_around_holes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let mut data = seeded_bytes(41, 3 << 20);
+    data.extend(vec![0u8; 1 << 20]);
+    data.extend(seeded_bytes(42, 2 << 20));
+    data.extend(vec![0u8; 300_000]);
+    let c = store.write_file_bytes(&data, None).unwrap();
+    let dest = tmp.path().join("out");
+    store.materialize(&c, &dest).unwrap();
+    let got = std::fs::read(&dest).unwrap();
+    assert_eq!(got.len(), data.len());
+    assert!(
+        got == data,
+        "the materialized file differs from the stored bytes"
+    );
+}
+
 #[test]
 fn identical_content_is_stored_once() {
     let tmp = tempfile::tempdir().unwrap();
