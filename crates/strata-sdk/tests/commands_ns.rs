@@ -10,7 +10,9 @@
 //! Its own `main` (harness = false): the binary is re-executed as the
 //! Sandbox init, the daemon and the exec helper.
 
-use strata_sdk::{CommitOutcome, Sandbox, SandboxFilter, SandboxSpec, Store, Workspace};
+mod common;
+
+use strata_sdk::{CommitOutcome, Sandbox, SandboxSpec, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
@@ -20,42 +22,20 @@ fn main() {
     );
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = tempfile::tempdir_in("/var/tmp").expect("tempdir");
-    let mut failed = 0;
-    macro_rules! case {
-        ($name:ident) => {{
-            let t = std::time::Instant::now();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rt.block_on($name(tmp.path()))
-            }));
-            match r {
-                Ok(()) => println!("test {} ... ok ({:?})", stringify!($name), t.elapsed()),
-                Err(_) => {
-                    println!("test {} ... FAILED", stringify!($name));
-                    failed += 1;
-                }
-            }
-        }};
-    }
-    case!(racing_first_execs_build_one_namespace);
-    case!(the_namespace_lacks_the_daemon_layer);
-    case!(later_mounts_and_unmounts_reach_it);
-    rt.block_on(async {
-        let mut f = SandboxFilter::default();
-        f.labels.insert(
-            "commands-ns-test-run".into(),
-            std::process::id().to_string(),
-        );
-        for info in Sandbox::list(f).await.unwrap_or_default() {
-            if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
-                eprintln!("closing leftover Sandbox {}", sb.id());
-                let _ = sb.close_discard().await;
-            }
-        }
-    });
-    if failed > 0 {
-        eprintln!("{failed} test(s) failed");
-        std::process::exit(1);
-    }
+    let mut cases = common::Cases::new(&rt, tmp.path(), "commands-ns-test-run");
+    cases.run(
+        "racing_first_execs_build_one_namespace",
+        racing_first_execs_build_one_namespace,
+    );
+    cases.run(
+        "the_namespace_lacks_the_daemon_layer",
+        the_namespace_lacks_the_daemon_layer,
+    );
+    cases.run(
+        "later_mounts_and_unmounts_reach_it",
+        later_mounts_and_unmounts_reach_it,
+    );
+    cases.finish();
 }
 
 async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspace) {

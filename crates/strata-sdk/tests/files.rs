@@ -7,7 +7,9 @@
 //! Its own `main` (harness = false): the binary is re-executed as the
 //! Sandbox init, the daemon and the exec helper.
 
-use strata_sdk::{Error, FileKind, Sandbox, SandboxFilter, SandboxSpec, Store, Workspace};
+mod common;
+
+use strata_sdk::{Error, FileKind, Sandbox, SandboxSpec, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
@@ -19,39 +21,13 @@ fn main() {
     // Under /var/tmp: the Sandbox's view of the host has no /tmp of the
     // host, and the outside file must be one the daemon (root) could reach.
     let tmp = tempfile::tempdir_in("/var/tmp").expect("tempdir");
-    let mut failed = 0;
-    macro_rules! case {
-        ($name:ident) => {{
-            let t = std::time::Instant::now();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rt.block_on($name(tmp.path()))
-            }));
-            match r {
-                Ok(()) => println!("test {} ... ok ({:?})", stringify!($name), t.elapsed()),
-                Err(_) => {
-                    println!("test {} ... FAILED", stringify!($name));
-                    failed += 1;
-                }
-            }
-        }};
-    }
-    case!(planted_symlinks_never_reach_outside);
-    case!(round_trip_owner_and_commit);
-    rt.block_on(async {
-        let mut f = SandboxFilter::default();
-        f.labels
-            .insert("files-test-run".into(), std::process::id().to_string());
-        for info in Sandbox::list(f).await.unwrap_or_default() {
-            if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
-                eprintln!("closing leftover Sandbox {}", sb.id());
-                let _ = sb.close_discard().await;
-            }
-        }
-    });
-    if failed > 0 {
-        eprintln!("{failed} test(s) failed");
-        std::process::exit(1);
-    }
+    let mut cases = common::Cases::new(&rt, tmp.path(), "files-test-run");
+    cases.run(
+        "planted_symlinks_never_reach_outside",
+        planted_symlinks_never_reach_outside,
+    );
+    cases.run("round_trip_owner_and_commit", round_trip_owner_and_commit);
+    cases.finish();
 }
 
 async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspace) {

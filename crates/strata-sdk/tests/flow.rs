@@ -4,6 +4,8 @@
 //! false): the test binary is re-executed as the Sandbox init, the daemon
 //! and the exec helper, so `maybe_run_internal` must run first.
 
+mod common;
+
 #[path = "../examples/flow.rs"]
 mod flow_example;
 
@@ -18,16 +20,7 @@ fn main() {
     let result = rt.block_on(flow_example::flow(tmp.path()));
     if result.is_err() {
         // Close the Sandbox a failed step left running.
-        rt.block_on(async {
-            let mut f = strata_sdk::SandboxFilter::default();
-            f.labels
-                .insert("flow-run".into(), std::process::id().to_string());
-            for info in strata_sdk::Sandbox::list(f).await.unwrap_or_default() {
-                if let Ok(sb) = strata_sdk::Sandbox::open(info.id.as_str()).await {
-                    let _ = sb.close().await;
-                }
-            }
-        });
+        rt.block_on(common::close_leftovers("flow-run"));
     }
     let steps = result.unwrap_or_else(|e| panic!("flow failed: {e}"));
     assert_eq!(steps.len(), 15);

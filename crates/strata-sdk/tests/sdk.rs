@@ -9,6 +9,8 @@
 //! Sandbox init, the daemon, the exec helper, and as the second process of
 //! the reopen test (`reopen ID`).
 
+mod common;
+
 use strata_sdk::{Error, Sandbox, SandboxFilter, SandboxSpec, Store};
 
 fn main() {
@@ -49,46 +51,37 @@ fn main() {
         "these tests create native Sandboxes: run them as root (CI does)"
     );
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut failed = 0;
-    macro_rules! case {
-        ($name:ident) => {{
-            let t = std::time::Instant::now();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                rt.block_on($name(tmp.path()))
-            }));
-            match r {
-                Ok(()) => println!("test {} ... ok ({:?})", stringify!($name), t.elapsed()),
-                Err(_) => {
-                    println!("test {} ... FAILED", stringify!($name));
-                    failed += 1;
-                }
-            }
-        }};
-    }
-    case!(spawn_streams_stdin_and_errors);
-    case!(an_unread_stream_holds_bounded_memory);
-    case!(conflict_carries_the_actual_head);
-    case!(names_labels_and_unknown_ids);
-    case!(reopen_exec_close_from_another_process);
-    case!(two_sandboxes_see_only_their_own_mounts);
-    case!(a_dead_daemon_is_an_error_with_the_log_tail);
-    case!(restart_recovers_what_it_can_and_keeps_the_rest);
-    // Close what failed tests left running.
-    rt.block_on(async {
-        let mut f = SandboxFilter::default();
-        f.labels
-            .insert("sdk-test-run".into(), std::process::id().to_string());
-        for info in Sandbox::list(f).await.unwrap_or_default() {
-            if let Ok(sb) = Sandbox::open(info.id.as_str()).await {
-                eprintln!("closing leftover Sandbox {}", sb.id());
-                let _ = sb.close_discard().await;
-            }
-        }
-    });
-    if failed > 0 {
-        eprintln!("{failed} test(s) failed");
-        std::process::exit(1);
-    }
+    let mut cases = common::Cases::new(&rt, tmp.path(), "sdk-test-run");
+    cases.run(
+        "spawn_streams_stdin_and_errors",
+        spawn_streams_stdin_and_errors,
+    );
+    cases.run(
+        "an_unread_stream_holds_bounded_memory",
+        an_unread_stream_holds_bounded_memory,
+    );
+    cases.run(
+        "conflict_carries_the_actual_head",
+        conflict_carries_the_actual_head,
+    );
+    cases.run("names_labels_and_unknown_ids", names_labels_and_unknown_ids);
+    cases.run(
+        "reopen_exec_close_from_another_process",
+        reopen_exec_close_from_another_process,
+    );
+    cases.run(
+        "two_sandboxes_see_only_their_own_mounts",
+        two_sandboxes_see_only_their_own_mounts,
+    );
+    cases.run(
+        "a_dead_daemon_is_an_error_with_the_log_tail",
+        a_dead_daemon_is_an_error_with_the_log_tail,
+    );
+    cases.run(
+        "restart_recovers_what_it_can_and_keeps_the_rest",
+        restart_recovers_what_it_can_and_keeps_the_rest,
+    );
+    cases.finish();
 }
 
 /// Every Sandbox of this run carries this label, so that the ones a failed
