@@ -27,9 +27,9 @@
 //! first (100 lists, 10 execs, one flow; untimed).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::report::{median, ms, Row};
+use crate::server::Served;
 use crate::Ctx;
 use strata_sdk::wire::Change;
 use strata_sdk::{Client, CommitOutcome, SandboxFilter, SandboxSpec};
@@ -100,20 +100,8 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     for i in 0..9 {
         store.create_branch(&BranchRef::new("b", &format!("agent-{i}"))?, head)?;
     }
-    let tokens = strata_server::TokenStore::new(store.dir());
-    let (token, _) = tokens.create(&[])?;
-    let sock = dir.join("server.sock");
-    let state = Arc::new(strata_server::ServerState::new(
-        store.clone(),
-        tokens,
-        strata_server::DEFAULT_MAX_BODY,
-    ));
-    let rt = tokio::runtime::Runtime::new()?;
-    let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(strata_server::run(bound, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let served = Served::start(&store, dir.join("server.sock"))?;
+    let (sock, token) = (served.sock.clone(), served.token.clone());
     let url = format!("unix://{}", sock.display());
     // The client on this thread, as a Python program's client is on its.
     let crt = tokio::runtime::Builder::new_current_thread()
@@ -147,8 +135,7 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
             }
         }
     });
-    let _ = stop_tx.send(());
-    rt.block_on(server)??;
+    served.stop()?;
     result
 }
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use crate::report::{median, ms, time, Row};
 use crate::Ctx;
+use std::path::PathBuf;
 use strata_store::{BranchRef, Store, StoreOptions};
 
 /// One request on a kept-alive connection; returns the status and body.
@@ -79,26 +80,14 @@ fn branch_list(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     for i in 0..9 {
         store.create_branch(&BranchRef::new("b", &format!("agent-{i}"))?, head)?;
     }
-    let tokens = strata_server::TokenStore::new(&dir);
-    let (token, _) = tokens.create(&[])?;
-    let sock = ctx.scratch.join("server.sock");
-    let state = Arc::new(strata_server::ServerState::new(
-        store.clone(),
-        tokens,
-        strata_server::DEFAULT_MAX_BODY,
-    ));
-    let rt = tokio::runtime::Runtime::new()?;
-    let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(strata_server::run(bound, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let served = Served::start(&store, ctx.scratch.join("server.sock"))?;
+    let (sock, token) = (&served.sock, &served.token);
 
     let req = format!(
         "GET /v1/projects/b/branches HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {token}\r\n\r\n"
     )
     .into_bytes();
-    let mut conn = BufReader::new(UnixStream::connect(&sock)?);
+    let mut conn = BufReader::new(UnixStream::connect(sock)?);
     let n = if ctx.quick { 200 } else { 2000 };
     for _ in 0..100 {
         let (s, _) = call(&mut conn, &req)?;
@@ -117,8 +106,7 @@ fn branch_list(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         in_process.push(d.as_secs_f64() * 1e3);
     }
     drop(conn);
-    let _ = stop_tx.send(());
-    rt.block_on(server)??;
+    served.stop()?;
     let (s, p) = (median(via_server), median(in_process));
     Ok(vec![Row::new(
         "server",
@@ -187,20 +175,8 @@ fn relay(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     std::fs::create_dir_all(&dir)?;
     let store = Store::create(&dir.join("store"), &StoreOptions::default())?;
     store.create_project("p", "empty")?;
-    let tokens = strata_server::TokenStore::new(store.dir());
-    let (token, _) = tokens.create(&[])?;
-    let sock = dir.join("server.sock");
-    let state = Arc::new(strata_server::ServerState::new(
-        store.clone(),
-        tokens,
-        strata_server::DEFAULT_MAX_BODY,
-    ));
-    let rt = tokio::runtime::Runtime::new()?;
-    let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.spawn(strata_server::run(bound, state, async move {
-        let _ = stop_rx.await;
-    }));
+    let served = Served::start(&store, dir.join("server.sock"))?;
+    let (rt, sock, token) = (&served.rt, served.sock.clone(), served.token.clone());
     let sb = post(
         &sock,
         &token,
@@ -208,9 +184,9 @@ fn relay(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         &serde_json::json!({"project": "p", "labels": {"strata-bench": std::process::id().to_string()}}),
     )?;
     let id = sb["id"].as_str().unwrap_or_default().to_string();
-    let result = relay_rows(ctx, &rt, &sock, &token, &id).and_then(|(mut rows, ws)| {
+    let result = relay_rows(ctx, rt, &sock, &token, &id).and_then(|(mut rows, ws)| {
         rows.extend(crate::server_load::rows(
-            ctx, &rt, &store, &sock, &token, &id, &ws,
+            ctx, rt, &store, &sock, &token, &id, &ws,
         )?);
         Ok(rows)
     });
@@ -218,8 +194,7 @@ fn relay(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         let sb = strata_sdk::Sandbox::open(&id).await?;
         sb.close_discard().await
     });
-    let _ = stop_tx.send(());
-    rt.block_on(server)??;
+    served.stop()?;
     result
 }
 
@@ -325,4 +300,47 @@ fn relay_rows(
         );
     }
     Ok((rows, ws_id))
+}
+
+/// `strata serve` started in this process on a Unix socket, with a token
+/// of its own, for one group of workloads (the server and python groups).
+pub(crate) struct Served {
+    pub(crate) rt: tokio::runtime::Runtime,
+    pub(crate) sock: PathBuf,
+    pub(crate) token: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<Result<(), strata_server::ServeError>>,
+}
+
+impl Served {
+    /// Serve `store` on `sock`; its tokens live in the Store's directory.
+    pub(crate) fn start(store: &Store, sock: PathBuf) -> anyhow::Result<Served> {
+        let tokens = strata_server::TokenStore::new(store.dir());
+        let (token, _) = tokens.create(&[])?;
+        let state = Arc::new(strata_server::ServerState::new(
+            store.clone(),
+            tokens,
+            strata_server::DEFAULT_MAX_BODY,
+        ));
+        let rt = tokio::runtime::Runtime::new()?;
+        let bound = rt.block_on(strata_server::Listen::Unix(sock.clone()).bind())?;
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = rt.spawn(strata_server::run(bound, state, async move {
+            let _ = stop_rx.await;
+        }));
+        Ok(Served {
+            rt,
+            sock,
+            token,
+            stop,
+            handle,
+        })
+    }
+
+    /// Shut the server down and wait for it.
+    pub(crate) fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(());
+        self.rt.block_on(self.handle)??;
+        Ok(())
+    }
 }
