@@ -9,6 +9,10 @@ use crate::error::Result;
 use crate::exec::ExecBuilder;
 use crate::FileEntry;
 
+/// The most a file read reserves up front from the response's
+/// Content-Length (a larger file still reads whole, growing the buffer).
+const READ_PREALLOC_MAX: usize = 1 << 30;
+
 /// One changed path of [`Workspace::status`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
@@ -178,16 +182,27 @@ impl Workspace {
             )
             .await?;
         let status = resp.status();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| self.client.proto(format!("reading {path:?}: {e}")))?
-            .to_bytes();
-        if !status.is_success() {
-            return Err(self.client.error_from(status, &body));
+        // Straight into one buffer of the announced size: collecting the
+        // frames and then flattening them copied a 32 MiB file twice more
+        // and held the read to ~500 MB/s (docs/benchmarks.md, "strata
+        // serve"); a body larger than announced still grows the buffer.
+        let announced = resp
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut out = Vec::with_capacity(announced.min(READ_PREALLOC_MAX));
+        let mut body = resp.into_body();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| self.client.proto(format!("reading {path:?}: {e}")))?;
+            if let Some(data) = frame.data_ref() {
+                out.extend_from_slice(data);
+            }
         }
-        Ok(body.to_vec())
+        if !status.is_success() {
+            return Err(self.client.error_from(status, &out));
+        }
+        Ok(out)
     }
 
     /// Create or replace the file at `path` with `bytes` (missing parent

@@ -13,9 +13,14 @@ use crate::api::{ErrorCode, FileEntry, ListResponse, MkdirRequest, RenameRequest
 use crate::files::{FileError, RelPath, Root};
 
 /// Bytes read from the file per piece of a streamed answer; at most
-/// [`READ_AHEAD`] pieces wait for a slow client.
-const READ_CHUNK: usize = 1 << 20;
-const READ_AHEAD: usize = 4;
+/// [`READ_AHEAD`] pieces wait for a slow client. A piece stays under the
+/// daemon's fixed mmap threshold (128 KiB, `strata_sandbox::heap`) so that
+/// it comes from malloc's arena and is reused: 1 MiB pieces were each a
+/// fresh mmap, faulted in page by page and unmapped again, and the page
+/// faults were the largest cost of a 32 MiB read (docs/benchmarks.md,
+/// "strata serve").
+const READ_CHUNK: usize = 64 << 10;
+const READ_AHEAD: usize = 16;
 
 #[derive(Deserialize)]
 pub(super) struct PathQuery {
