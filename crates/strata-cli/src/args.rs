@@ -30,18 +30,13 @@ pub fn key_value(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// A byte count, or a number with a K, M or G suffix (`--memory`).
+/// A byte count, or a number with a K, M or G suffix (`--memory`), in
+/// binary units (512M is 512 MiB) as cgroups and docker read them.
 pub fn byte_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
+    parse_size::Config::new()
+        .with_binary()
+        .parse_size(s.trim())
         .ok()
-        .and_then(|n| n.checked_mul(mult))
         .filter(|&n| n > 0)
         .ok_or_else(|| "give bytes, or a number with K, M or G (e.g. 512M)".to_string())
 }
@@ -94,7 +89,9 @@ mod tests {
         assert_eq!(byte_size("512M").unwrap(), 512 << 20);
         assert_eq!(byte_size("1g").unwrap(), 1 << 30);
         assert_eq!(byte_size("4096").unwrap(), 4096);
+        assert_eq!(byte_size("64KiB").unwrap(), 64 << 10);
         assert!(byte_size("x").is_err());
+        assert!(byte_size("-1M").is_err());
         assert!(byte_size("0").is_err());
         assert_eq!(cpu_millis("0.5").unwrap(), 500);
         assert!(cpu_millis("0").is_err());

@@ -385,24 +385,17 @@ fn describe(id: &str, s: &ExitStatus) -> String {
     format!("exec {id} {how}{why}")
 }
 
-/// `--timeout`: seconds, or a number with `ms`, `s`, `m` or `h`.
+/// `--timeout`: seconds (`30`, `1.5`), or a duration with units as
+/// humantime reads them (`500ms`, `5m`, `1h 30m`).
 fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let scale = match unit {
-        "" | "s" => 1.0,
-        "ms" => 1e-3,
-        "m" => 60.0,
-        "h" => 3600.0,
-        _ => return Err(format!("unknown unit {unit:?}: use ms, s, m or h")),
+    let d = match t.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n < 1e9 => Ok(Duration::from_secs_f64(n)),
+        Ok(_) => Err(()),
+        Err(_) => humantime::parse_duration(t).map_err(|_| ()),
     };
-    match num.parse::<f64>() {
-        Ok(n) if n.is_finite() && n > 0.0 && n * scale < 1e9 => {
-            Ok(Duration::from_secs_f64(n * scale))
-        }
+    match d {
+        Ok(d) if !d.is_zero() && d.as_secs() < 1_000_000_000 => Ok(d),
         _ => Err(format!(
             "{s:?} is not a positive duration, e.g. 30, 1.5, 500ms, 5m"
         )),
@@ -477,7 +470,8 @@ mod tests {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
-        for bad in ["", "0", "-1", "x", "5d", "1e400"] {
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+        for bad in ["", "0", "0s", "-1", "x", "5x", "1e400", "NaN"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

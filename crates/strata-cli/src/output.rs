@@ -169,20 +169,9 @@ pub fn fmt_time(ns: i64) -> String {
     )
 }
 
-/// Bytes in a human unit.
+/// Bytes in binary units (`10 B`, `1.50 KiB`, `32.00 MiB`), by indicatif.
 pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
+    indicatif::HumanBytes(n).to_string()
 }
 
 /// Colours (ANSI) only when stdout is a terminal and NO_COLOR is unset

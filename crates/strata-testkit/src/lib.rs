@@ -8,6 +8,8 @@
 //! * [`docker`]: the docker tests' set-up (a Docker Engine, the static
 //!   binaries the containers run, a busybox image imported without a
 //!   registry), for strata-docker's and strata-sdk's docker tests.
+//! * [`cases`]: the harness of the test binaries that have their own
+//!   `main` (`harness = false`): run, report, filter, clean up, exit code.
 //! * [`http`]: a parsed HTTP/1.1 response, for the tests that speak to
 //!   `strata serve` (strata-cli) and to the daemon endpoint (strata-daemon).
 //!
@@ -16,6 +18,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cases;
 pub mod contract;
 pub mod docker;
 pub mod http;

@@ -30,37 +30,19 @@ fn main() {
         probe::main(&args[2..]);
         return;
     }
-    let full = args
-        .iter()
-        .any(|a| a == "--ignored" || a == "--include-ignored");
-    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
     assert!(
         rustix::process::geteuid().is_root(),
         "these tests create native Sandboxes: run them as root (CI does)"
     );
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = strata_torture::tempdir();
-    let (mut failed, mut ran) = (0, 0);
+    let mut cases = strata_testkit::cases::Cases::from_args(&rt, tmp.path());
+    let full = cases.full();
+    // Each case in a directory of its own, named after it.
     macro_rules! case {
-        ($name:ident) => {{
-            let name = stringify!($name);
-            if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
-                ran += 1;
-                let t = Instant::now();
-                let dir = tmp.path().join(name);
-                std::fs::create_dir(&dir).unwrap();
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    rt.block_on($name(&dir, full))
-                }));
-                match r {
-                    Ok(()) => println!("test {name} ... ok ({:?})", t.elapsed()),
-                    Err(_) => {
-                        println!("test {name} ... FAILED");
-                        failed += 1;
-                    }
-                }
-            }
-        }};
+        ($f:ident) => {
+            cases.run_in_own_dir(stringify!($f), async |d| $f(d, full).await)
+        };
     }
     case!(endpoint_refuses_bad_requests_without_side_effects);
     case!(commands_cannot_reach_tokens_sockets_store_or_daemon);
@@ -69,8 +51,8 @@ fn main() {
     case!(fork_bomb_and_memory_hog_hit_their_limits);
     case!(killed_daemon_restarts_with_its_workspace_and_commits);
     case!(a_deep_tree_from_a_command_does_not_kill_the_daemon);
-    // Close what failed tests left running.
-    rt.block_on(async {
+    // Close what failed cases left running.
+    cases.finish(async {
         let mut f = SandboxFilter::default();
         f.labels
             .insert(RUN_LABEL.into(), std::process::id().to_string());
@@ -81,14 +63,6 @@ fn main() {
             }
         }
     });
-    if ran == 0 {
-        eprintln!("no Sandbox case matches {filter:?}");
-        std::process::exit(1);
-    }
-    if failed > 0 {
-        eprintln!("{failed} test(s) failed");
-        std::process::exit(1);
-    }
 }
 
 /// A request that must be refused: what, token, body, content type, the

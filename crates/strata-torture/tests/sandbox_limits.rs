@@ -20,42 +20,26 @@ const RUN_LABEL: &str = "torture-limits-run";
 
 fn main() {
     strata_sdk::maybe_run_internal();
-    let args: Vec<String> = std::env::args().collect();
-    let filter: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
     assert!(
         rustix::process::geteuid().is_root(),
         "these tests create native Sandboxes: run them as root (CI does)"
     );
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = strata_torture::tempdir();
-    let (mut failed, mut ran) = (0, 0);
+    let mut cases = strata_testkit::cases::Cases::from_args(&rt, tmp.path());
+    // Each case in a directory of its own, named after it.
     macro_rules! case {
-        ($name:ident) => {{
-            let name = stringify!($name);
-            if filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str())) {
-                ran += 1;
-                let t = Instant::now();
-                let dir = tmp.path().join(name);
-                std::fs::create_dir(&dir).unwrap();
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    rt.block_on($name(&dir))
-                }));
-                match r {
-                    Ok(()) => println!("test {name} ... ok ({:?})", t.elapsed()),
-                    Err(_) => {
-                        println!("test {name} ... FAILED");
-                        failed += 1;
-                    }
-                }
-            }
-        }};
+        ($f:ident) => {
+            cases.run_in_own_dir(stringify!($f), async |d| $f(d).await)
+        };
     }
     case!(default_limits_stop_a_fork_bomb_while_the_daemon_serves);
     case!(no_limits_means_none_and_oom_scores_hold);
     case!(planted_report_paths_change_nothing);
     case!(no_argv_carries_a_secret_or_the_config);
     case!(a_symlink_in_a_mount_path_does_not_move_the_mount);
-    rt.block_on(async {
+    // Close what failed cases left running.
+    cases.finish(async {
         let mut f = SandboxFilter::default();
         f.labels
             .insert(RUN_LABEL.into(), std::process::id().to_string());
@@ -66,14 +50,6 @@ fn main() {
             }
         }
     });
-    if ran == 0 {
-        eprintln!("no case matches {filter:?}");
-        std::process::exit(1);
-    }
-    if failed > 0 {
-        eprintln!("{failed} test(s) failed");
-        std::process::exit(1);
-    }
 }
 
 fn spec(store: &Store) -> SandboxSpec {
@@ -266,14 +242,18 @@ async fn default_limits_stop_a_fork_bomb_while_the_daemon_serves(dir: &Path) {
 
     // The bomb: every process starts two more, then sleeps. It doubles
     // until fork fails (EAGAIN at the commands' limit), then holds its
-    // pids without burning the (shared) CPU, until its timeout kills its
-    // process group.
+    // pids without burning the (shared) CPU until it is cancelled below
+    // (its process group killed). The sleep outlasts the checks by far:
+    // with `sleep 9` a loaded machine (load average 150 from the bomb's
+    // runnable tasks and other work) let the first sleepers end before
+    // the exec during the bomb was checked.
     let t0 = Instant::now();
-    let bomb = tokio::spawn(
-        ws.exec(["sh", "-c", "b() { b & b & sleep 9; }; b"])
-            .timeout(Duration::from_secs(10))
-            .output(),
-    );
+    let mut bomb = ws
+        .exec(["sh", "-c", "b() { b & b & sleep 120; }; b"])
+        .timeout(Duration::from_secs(120))
+        .spawn()
+        .await
+        .unwrap();
     let current = || -> u64 { read_trim(&commands.join("pids.current")).parse().unwrap() };
     let mut peak = 0;
     let deadline = Instant::now() + Duration::from_secs(9);
@@ -317,7 +297,10 @@ async fn default_limits_stop_a_fork_bomb_while_the_daemon_serves(dir: &Path) {
     assert!(peak <= commands_max + 8, "{peak} > {commands_max}");
     let total: u64 = read_trim(&top_pids.join("pids.current")).parse().unwrap();
     assert!(total <= 4096, "{total}");
-    let _ = bomb.await.unwrap();
+    assert!(
+        bomb.cancel().await.unwrap().cancelled,
+        "the bomb was not cancelled"
+    );
 
     // Closed cleanly: no process, no cgroup left.
     let mut all = descendants_of(monitor);
@@ -416,6 +399,18 @@ async fn no_argv_carries_a_secret_or_the_config(dir: &Path) {
         .await
         .unwrap();
     let monitor = monitor_pid(&sb);
+    // `spawn` returns once the exec is started, which may be before its
+    // helper has replaced itself with `sleep` (the first exec of a Sandbox
+    // also builds the commands' namespace first): wait until the command
+    // is there, or both checks below would look at the helper instead.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !descendants_of(monitor)
+        .into_iter()
+        .any(|p| cmdline(p).first().map(Vec::as_slice) == Some(&b"sleep"[..]))
+    {
+        assert!(Instant::now() < deadline, "`sleep 5` never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     // From the host, as root: every process of the Sandbox.
     let store_dir = store.dir().display().to_string();
     let mut seen = 0;

@@ -1,9 +1,6 @@
-//! The SDK test binaries' own harness (they run with `harness = false`:
-//! each binary is re-executed as the Sandbox init, the daemon and the exec
-//! helper, so `main` must call `strata_sdk::maybe_run_internal()` first).
-//! Each case runs to the end or panics; a panic is reported and counted,
-//! the next case still runs, and the Sandboxes a failed case left running
-//! (found by this run's label) are closed at the end.
+//! The SDK test binaries' harness: strata-testkit's `cases` (they run with
+//! `harness = false`, see there) with this crate's clean-up, closing the
+//! Sandboxes a failed case left running (found by this run's label).
 
 #![allow(dead_code)] // each test binary uses a part
 
@@ -30,21 +27,18 @@ pub async fn close_leftovers(key: &str) {
     }
 }
 
-/// Runs cases one after the other on one runtime, each with `dir`.
+/// Runs cases one after the other on one runtime, each with `dir`; at the
+/// end closes what failed cases left running (by `label_key`).
 pub struct Cases<'a> {
-    rt: &'a tokio::runtime::Runtime,
-    dir: &'a Path,
+    inner: strata_testkit::cases::Cases<'a>,
     label_key: &'static str,
-    failed: usize,
 }
 
 impl<'a> Cases<'a> {
     pub fn new(rt: &'a tokio::runtime::Runtime, dir: &'a Path, label_key: &'static str) -> Self {
         Cases {
-            rt,
-            dir,
+            inner: strata_testkit::cases::Cases::from_args(rt, dir),
             label_key,
-            failed: 0,
         }
     }
 
@@ -54,25 +48,11 @@ impl<'a> Cases<'a> {
         name: &str,
         case: impl FnOnce(&'a Path) -> Fut,
     ) {
-        let t = std::time::Instant::now();
-        let dir = self.dir;
-        let r =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.rt.block_on(case(dir))));
-        match r {
-            Ok(()) => println!("test {name} ... ok ({:?})", t.elapsed()),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                self.failed += 1;
-            }
-        }
+        self.inner.run(name, case)
     }
 
     /// Close what failed cases left running; exit 1 if any case failed.
     pub fn finish(self) {
-        self.rt.block_on(close_leftovers(self.label_key));
-        if self.failed > 0 {
-            eprintln!("{} test(s) failed", self.failed);
-            std::process::exit(1);
-        }
+        self.inner.finish(close_leftovers(self.label_key));
     }
 }
