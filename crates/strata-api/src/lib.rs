@@ -7,33 +7,14 @@
 
 use std::collections::BTreeMap;
 
+pub mod error;
 pub mod range;
+pub use error::{ErrorBody, ErrorCode, ErrorDetail};
 pub mod sandbox;
 pub use sandbox::*;
 
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
-
-/// Every error: `{"error": {"code", "message"}}`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ErrorBody {
-    pub error: ErrorDetail,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct ErrorDetail {
-    /// Stable machine-readable code: `unauthorized`, `not_found`,
-    /// `invalid_input`, `invalid_json`, `unknown_field`, `conflict`,
-    /// `already_exists`, `forbidden`, `payload_too_large`,
-    /// `unsupported_media_type`, `range_not_satisfiable`, `busy`,
-    /// `internal`.
-    pub code: String,
-    /// What went wrong and what to do, for a human.
-    pub message: String,
-    /// With `conflict` on a commit: the branch's actual head.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub actual_head: Option<String>,
-}
 
 /// `GET /v1/healthz`, the one route without a token.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

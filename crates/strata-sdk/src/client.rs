@@ -247,9 +247,19 @@ impl DaemonClient {
             | ErrorCode::PayloadTooLarge
             | ErrorCode::UnsupportedMediaType
             | ErrorCode::RangeNotSatisfiable => Error::invalid(what, hint),
-            ErrorCode::MountMoved | ErrorCode::Internal | ErrorCode::Other(_) => {
-                Error::backend(format!("{what} {hint}"), self.log_tail(20))
-            }
+            // The rest are `strata serve`'s codes, which a Sandbox daemon
+            // does not send (the remote transport maps them, remote.rs):
+            // as unknown codes, they say the daemon failed.
+            ErrorCode::MountMoved
+            | ErrorCode::Internal
+            | ErrorCode::InvalidJson
+            | ErrorCode::UnknownField
+            | ErrorCode::Unauthorized
+            | ErrorCode::Forbidden
+            | ErrorCode::AlreadyExists
+            | ErrorCode::Stopped
+            | ErrorCode::Backend
+            | ErrorCode::Other(_) => Error::backend(format!("{what} {hint}"), self.log_tail(20)),
         }
     }
 }

@@ -23,7 +23,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use strata_api::ErrorBody;
+use strata_api::{ErrorBody, ErrorCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::{Error, Result};
@@ -361,20 +361,22 @@ impl Remote {
             };
         };
         let what = d.message;
-        match d.code.as_str() {
-            "not_found" => Error::not_found(what, ""),
-            "conflict" => Error::Conflict {
+        match d.code {
+            ErrorCode::NotFound => Error::not_found(what, ""),
+            ErrorCode::Conflict => Error::Conflict {
                 what,
                 actual_head: d.actual_head.unwrap_or_default(),
                 hint: "re-read the branch and retry from the new head".into(),
                 source: None,
             },
-            "busy" => Error::busy(what, "retry shortly"),
-            "forbidden" => Error::Unauthorized {
+            ErrorCode::Busy => Error::busy(what, "retry shortly"),
+            ErrorCode::Forbidden => Error::Unauthorized {
                 what: format!("strata serve at {} refused (403): {what}", self.url),
                 hint: "the token is scoped to other projects".into(),
             },
-            "internal" => Error::backend(format!("strata serve at {}: {what}", self.url), ""),
+            ErrorCode::Internal => {
+                Error::backend(format!("strata serve at {}: {what}", self.url), "")
+            }
             // invalid_input, invalid_json, unknown_field, already_exists,
             // payload_too_large, unsupported_media_type,
             // range_not_satisfiable: the request was refused.

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use strata_store::StoreError;
 
-use crate::api::{ErrorBody, ErrorDetail};
+use crate::api::{ErrorBody, ErrorCode, ErrorDetail};
 
 /// The server could not bind or serve.
 #[derive(Debug, thiserror::Error)]
@@ -25,7 +25,12 @@ pub enum ServeError {
     Tls(#[from] crate::tls::TlsError),
 }
 
-/// A failed request.
+/// A failed request. The body and its typed code are strata-api's, as the
+/// daemon's are; the two crates keep their own status-and-body pair
+/// because their Store errors map differently by contract (`busy` is 503
+/// here, docs/server.md, and 409 on the daemon, docs/api/openapi.yaml) and
+/// because this crate's routes rely on `?` converting a `StoreError`,
+/// which only a type of this crate may implement.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -33,24 +38,30 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             detail: ErrorDetail {
-                code: code.into(),
+                code,
                 message: message.into(),
+                hint: None,
                 actual_head: None,
+                errno: None,
             },
         }
     }
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+        Self::new(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message)
     }
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(StatusCode::NOT_FOUND, ErrorCode::NotFound, message)
     }
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::Internal,
+            message,
+        )
     }
 }
 
@@ -69,19 +80,21 @@ impl From<StoreError> for ApiError {
             | StoreError::Invalid(_)
             | StoreError::AmbiguousRef { .. } => ApiError::invalid(msg),
             StoreError::AlreadyExists { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "already_exists", msg)
+                ApiError::new(StatusCode::CONFLICT, ErrorCode::AlreadyExists, msg)
             }
             StoreError::Conflict { actual, .. } => {
                 let mut a = ApiError::new(
                     StatusCode::CONFLICT,
-                    "conflict",
+                    ErrorCode::Conflict,
                     format!("{msg}; nothing was written. Read the branch again and resend the change set with expected_head set to the actual head"),
                 );
                 a.detail.actual_head = Some(actual.to_hex());
                 a
             }
             // Not the client's mistake: another process holds the lock.
-            StoreError::Busy { .. } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", msg),
+            StoreError::Busy { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Busy, msg)
+            }
             _ => ApiError::internal(msg),
         }
     }

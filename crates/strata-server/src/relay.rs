@@ -53,7 +53,7 @@ const HOP: [HeaderName; 7] = [
 fn stopped(d: &Daemon, e: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         StatusCode::CONFLICT,
-        "stopped",
+        ErrorCode::Stopped,
         format!(
             "sandbox {} is not running: its daemon does not answer ({e}); POST /v1/sandboxes/{}/restart starts it again",
             d.id, d.id
@@ -111,7 +111,7 @@ pub(crate) async fn send(
         // doing, and its 401 must not read as the client's token refused.
         return Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
-            "backend",
+            ErrorCode::Backend,
             format!(
                 "sandbox {}: its daemon refused the server's token (the Sandbox's token file changed?); close and re-create the Sandbox",
                 d.id
@@ -187,7 +187,7 @@ pub(crate) async fn relay(
             .map_err(|_| {
                 ApiError::new(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    "payload_too_large",
+                    ErrorCode::PayloadTooLarge,
                     "a mount request is {\"ref\": \"PROJECT/BRANCH\", \"at\": PATH}; this body is larger than 64 KiB",
                 )
             })?;
@@ -456,7 +456,7 @@ async fn session(
                 // Stop reading the output too, so that the exec's one
                 // output attachment is free for the next reader.
                 let Some(m) = m else { break };
-                let e = ErrorBody { error: ErrorDetail { code: "invalid_input".into(), message: m, actual_head: None } };
+                let e = ErrorBody { error: ErrorDetail { code: ErrorCode::InvalidInput, message: m, hint: None, actual_head: None, errno: None } };
                 if tx.send(Message::Text(serde_json::to_string(&e).unwrap_or_default().into())).await.is_err() {
                     break;
                 }

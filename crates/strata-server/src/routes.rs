@@ -94,7 +94,7 @@ async fn auth(State(st): St, mut req: Request, next: Next) -> Response {
         _ => {
             let mut r = ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "unauthorized",
+                ErrorCode::Unauthorized,
                 "missing, wrong or revoked token: send `Authorization: Bearer TOKEN` with a token from `strata token create`",
             )
             .into_response();
@@ -128,21 +128,21 @@ fn json_rejection(rej: JsonRejection) -> ApiError {
     match status {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
             status,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             "the request body is larger than this server accepts (strata serve --max-body-mib); split the change set into several commits",
         ),
         StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
             status,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             "send the body as JSON with `Content-Type: application/json`",
         ),
         StatusCode::UNPROCESSABLE_ENTITY => ApiError::new(
             status,
-            "invalid_input",
+            ErrorCode::InvalidInput,
             format!("{text}; GET /v1/openapi.json describes the accepted fields"),
         ),
         _ if status.is_client_error() => {
-            ApiError::new(status, "invalid_json", format!("{text}; send valid JSON"))
+            ApiError::new(status, ErrorCode::InvalidJson, format!("{text}; send valid JSON"))
         }
         _ => ApiError::internal(text),
     }
@@ -356,7 +356,7 @@ pub(crate) async fn create_project(
     if !caller.scope.sees(&body.name) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "this token may not create project {:?}: it is scoped to other projects; use a token created with --project {}",
                 body.name, body.name
@@ -631,7 +631,7 @@ pub(crate) async fn cat(
         Err(Unsatisfiable) => {
             let mut r = ApiError::new(
                 StatusCode::RANGE_NOT_SATISFIABLE,
-                "range_not_satisfiable",
+                ErrorCode::RangeNotSatisfiable,
                 format!("the range is outside the file ({size} bytes)"),
             )
             .into_response();

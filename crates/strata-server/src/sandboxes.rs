@@ -74,15 +74,15 @@ pub(crate) fn sdk_error(e: strata_sdk::Error) -> ApiError {
     match e {
         E::NotFound { .. } => ApiError::not_found(msg),
         E::InvalidInput { .. } => ApiError::invalid(msg),
-        E::Busy { .. } => ApiError::new(StatusCode::CONFLICT, "busy", msg),
+        E::Busy { .. } => ApiError::new(StatusCode::CONFLICT, ErrorCode::Busy, msg),
         E::Conflict { actual_head, .. } => {
-            let mut a = ApiError::new(StatusCode::CONFLICT, "conflict", msg);
+            let mut a = ApiError::new(StatusCode::CONFLICT, ErrorCode::Conflict, msg);
             a.detail.actual_head = Some(actual_head);
             a
         }
         E::Backend { what, log_tail, .. } => ApiError::new(
             StatusCode::BAD_GATEWAY,
-            "backend",
+            ErrorCode::Backend,
             format!("{what}\n--- daemon log tail ---\n{log_tail}"),
         ),
         _ => ApiError::internal(msg),

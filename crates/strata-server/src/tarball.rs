@@ -25,7 +25,7 @@ use strata_store::{
 };
 use utoipa::IntoParams;
 
-use crate::api::{CommitResponse, ErrorBody, PathQuery};
+use crate::api::{CommitResponse, ErrorBody, ErrorCode, PathQuery};
 use crate::error::ApiError;
 use crate::routes::{blocking, resolve_in, ApiPath, ApiQuery, AppResult, St};
 use crate::scope::Caller;
@@ -330,7 +330,7 @@ pub(crate) async fn import(
     if ctype.split(';').next().map(str::trim) != Some(TAR) {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unsupported_media_type",
+            ErrorCode::UnsupportedMediaType,
             format!("send the archive with `Content-Type: {TAR}`"),
         ));
     }
@@ -338,7 +338,7 @@ pub(crate) async fn import(
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 e.status(),
-                "payload_too_large",
+                ErrorCode::PayloadTooLarge,
                 "the archive is larger than this server accepts (strata serve --max-body-mib)",
             )
         } else {
