@@ -109,15 +109,6 @@ impl Vms {
         anyhow::ensure!(v["running"] == true, "the VM of {PROJECT} is not running");
         Ok(v["endpoint"].clone())
     }
-
-    /// Close a Sandbox of the VM and drop its record; the last one's close
-    /// stops the VM.
-    async fn close(&self, sb: Sandbox) -> anyhow::Result<()> {
-        let id = sb.id().to_string();
-        sb.close_discard().await?;
-        strata_sdk::microvm::closed(&id, Some(self.root.clone())).await?;
-        Ok(())
-    }
 }
 
 impl Drop for Vms {
@@ -197,7 +188,7 @@ async fn rows(ctx: &Ctx, dir: &Path, vms: &Vms) -> anyhow::Result<Vec<Row>> {
         natives.push(ms(t.elapsed()));
         n.close_discard().await?;
         if b + 1 < boots {
-            vms.close(s).await?;
+            s.close_discard().await?;
             anyhow::ensure!(
                 qemus_under(&vms.root).is_empty(),
                 "the VM still runs after its last Sandbox closed"
@@ -253,8 +244,9 @@ async fn rows(ctx: &Ctx, dir: &Path, vms: &Vms) -> anyhow::Result<Vec<Row>> {
         anyhow::Ok(rows)
     }
     .await;
-    // The VM's last Sandbox: its close stops the VM, also after a failure.
-    let closed = vms.close(sb).await;
+    // The VM's last Sandbox: its close (the SDK drops its record) stops
+    // the VM, also after a failure.
+    let closed = sb.close_discard().await;
     rows.extend(result?);
     closed?;
     Ok(rows)
@@ -278,7 +270,7 @@ async fn second_sandbox(
         let t = Instant::now();
         let s = local.create_sandbox(vms.spec(host)).await?;
         let d = t.elapsed();
-        vms.close(s).await?;
+        s.close_discard().await?;
         let t = Instant::now();
         let n = local.create_sandbox(native_spec()).await?;
         let d2 = t.elapsed();

@@ -656,7 +656,20 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     // Nor does one filling its memory there; the guest's OOM killer ends it
     // at its Sandbox's limit and the VM answers after.
     memory_hog(&state, "api", &ws_api, &ws1);
-    strata_ok(&state, &["sandbox", "rm", &api]);
+    // The SDK's close of a VM's last Sandbox stops the VM; the disk stays.
+    rt.block_on(async {
+        let sb = strata_sdk::microvm::open(&api, Some(state.clone())).await?;
+        let sb = sb.expect("api's Sandbox by its record");
+        assert_eq!(sb.vm_project(), Some("api"));
+        sb.close().await
+    })
+    .expect("close api's Sandbox through the SDK");
+    assert!(!state.join(format!("api/sandboxes/{api}")).exists());
+    assert!(
+        qemus_under(&state.join("api")).is_empty(),
+        "api's qemu runs"
+    );
+    assert!(state.join("api/disk.img").is_file());
     assert_eq!(
         vm_ok(&state, &["status", "--project", "api"])["running"],
         false
