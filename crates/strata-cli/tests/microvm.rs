@@ -659,7 +659,7 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     // The SDK's close of a VM's last Sandbox stops the VM; the disk stays.
     rt.block_on(async {
         let sb = strata_sdk::microvm::open(&api, Some(state.clone())).await?;
-        let sb = sb.expect("api's Sandbox by its record");
+        let sb = sb.expect("api's record names it");
         assert_eq!(sb.vm_project(), Some("api"));
         sb.close().await
     })
@@ -760,7 +760,7 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
 /// all of a stream without newlines). Another project's Workspace
 /// (`other_ws`) answers an exec while the hog holds (it certainly runs
 /// then: it waits for `go`) and while it grows (under TCG the growth to
-/// the limit takes ~10 s). The hog dies by the guest kernel's cgroup OOM
+/// the limit takes 10-20 s). The hog dies by the guest kernel's cgroup OOM
 /// killer at its Sandbox's memory limit (half the VM's RAM), and its VM,
 /// Sandbox and Workspace answer after.
 fn memory_hog(state: &Path, hog: &str, hog_ws: &str, other_ws: &str) {
@@ -787,11 +787,7 @@ fn memory_hog(state: &Path, hog: &str, hog_ws: &str, other_ws: &str) {
         let took = t.elapsed();
         assert_eq!(out, format!("{when}\n"));
         assert!(took.as_secs() < 30, "the other VM took {took:?} ({when})");
-        let by_then = if killed().is_some() {
-            "killed"
-        } else {
-            "running"
-        };
+        let by_then = ["running", "killed"][killed().is_some() as usize];
         eprintln!("the other VM answered in {took:?} {when} (hog {by_then} by then)");
     };
     answers("while-held");
