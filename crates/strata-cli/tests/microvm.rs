@@ -459,6 +459,12 @@ fn sh(state: &Path, ws: &str, script: &str) -> (String, String) {
     (out, err)
 }
 
+/// `strata ws mount SB BRANCH`: the Workspace's ID.
+fn mount(state: &Path, sb: &str, branch: &str) -> String {
+    let v = strata_ok(state, &["ws", "mount", sb, branch]);
+    v["workspace"].as_str().unwrap().to_string()
+}
+
 fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
     status
         .lines()
@@ -555,14 +561,8 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     want.sort();
     assert_eq!(ids, want, "{l}");
     assert_eq!(i["running"], true, "{i}");
-    let ws1 = strata_ok(&state, &["ws", "mount", &sb1, "web/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let ws2 = strata_ok(&state, &["ws", "mount", &sb2, "web/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ws1 = mount(&state, &sb1, "web/main");
+    let ws2 = mount(&state, &sb2, "web/main");
 
     // As uid 1500 with no capabilities, read from inside.
     let (status, _) = sh(&state, &ws1, "cat /proc/self/status");
@@ -609,26 +609,14 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
 
     // Another project: its own VM (another kernel). A command spinning on
     // the CPU there does not stop web's VM from answering.
-    let api = strata_ok(
-        &state,
-        &[
-            "sandbox",
-            "create",
-            "--backend",
-            "microvm",
-            "--project",
-            "api",
-        ],
-    )["sandbox"]
+    let args = "sandbox create --backend microvm --project api".split(' ');
+    let api = strata_ok(&state, &args.collect::<Vec<_>>())["sandbox"]
         .as_str()
         .unwrap()
         .to_string();
     let api_pid = vm_ok(&state, &["status", "--project", "api"])["endpoint"]["pid"].clone();
     assert_ne!(api_pid, pid);
-    let ws_api = strata_ok(&state, &["ws", "mount", &api, "api/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ws_api = mount(&state, &api, "api/main");
     assert_ne!(boot(&ws_api), boot(&ws1));
     let spin = strata_ok(
         &state,
