@@ -7,6 +7,7 @@
 mod edit_commit;
 mod fs;
 mod mcp;
+mod microvm;
 mod python;
 mod report;
 mod rootless;
@@ -27,7 +28,8 @@ struct Args {
     /// Fewer runs and smaller sizes where a size is not part of the goal (CI).
     #[arg(long)]
     quick: bool,
-    /// Run only this group (store, fs, sandbox, rootless, server, mcp, python).
+    /// Run only this group (store, fs, sandbox, rootless, server, mcp, python,
+    /// microvm).
     #[arg(long)]
     only: Option<String>,
     /// Run only the workloads whose name contains one of these
@@ -92,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         ("server", server::run),
         ("mcp", mcp::run),
         ("python", python::run),
+        ("microvm", microvm::run),
     ];
     let mut rows = Vec::new();
     for (name, f) in groups {

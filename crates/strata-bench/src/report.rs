@@ -43,6 +43,14 @@ impl Row {
         self.met = Some(met);
         self
     }
+
+    /// A goal column that is not judged (`met` stays empty): a figure
+    /// reported for the record, or a goal that does not apply to this run.
+    pub fn note(mut self, text: &str) -> Row {
+        self.goal = text.into();
+        self.met = None;
+        self
+    }
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

@@ -29,8 +29,9 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The flow on `c` for project `p`; returns how many calls it made.
-async fn flow(c: &Client, p: &str) -> anyhow::Result<usize> {
+/// The flow on `c` for project `p`; returns how many calls it made. Also
+/// the microvm group's (over a client of a VM's endpoint).
+pub(crate) async fn flow(c: &Client, p: &str) -> anyhow::Result<usize> {
     let mut calls = 0;
     let mut n = || calls += 1;
     c.create_project(p, "flow").await?;

@@ -331,14 +331,23 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
         }
         SandboxCmd::Rm { sandbox, discard } => {
             let sb = open(&sandbox).await?;
+            let vm = sb.vm_project().map(str::to_owned);
             if discard {
                 sb.close_discard().await?;
             } else {
                 sb.close().await?;
             }
-            // The last Sandbox of a project's VM stops it (docs/microvm.md).
-            if let Some(p) = strata_sdk::microvm::closed(&sandbox, None).await? {
-                eprintln!("strata: stopped the VM of project {p}: its last Sandbox closed (its disk stays)");
+            // The close of a project VM's last Sandbox stopped the VM
+            // (docs/microvm.md).
+            if let Some(p) = vm {
+                let cfg = strata_microvm::VmConfig::new(
+                    strata_microvm::vm::default_state_root(),
+                    &p,
+                    Default::default(),
+                );
+                if !strata_microvm::vm::status(&cfg)?.running {
+                    eprintln!("strata: stopped the VM of project {p}: its last Sandbox closed (its disk stays)");
+                }
             }
             ctx.emit(json!({"removed": sandbox}), || {
                 format!("Removed Sandbox {sandbox}")

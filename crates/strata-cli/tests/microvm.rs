@@ -459,6 +459,12 @@ fn sh(state: &Path, ws: &str, script: &str) -> (String, String) {
     (out, err)
 }
 
+/// `strata ws mount SB BRANCH`: the Workspace's ID.
+fn mount(state: &Path, sb: &str, branch: &str) -> String {
+    let v = strata_ok(state, &["ws", "mount", sb, branch]);
+    v["workspace"].as_str().unwrap().to_string()
+}
+
 fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
     status
         .lines()
@@ -555,14 +561,8 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     want.sort();
     assert_eq!(ids, want, "{l}");
     assert_eq!(i["running"], true, "{i}");
-    let ws1 = strata_ok(&state, &["ws", "mount", &sb1, "web/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let ws2 = strata_ok(&state, &["ws", "mount", &sb2, "web/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ws1 = mount(&state, &sb1, "web/main");
+    let ws2 = mount(&state, &sb2, "web/main");
 
     // As uid 1500 with no capabilities, read from inside.
     let (status, _) = sh(&state, &ws1, "cat /proc/self/status");
@@ -609,26 +609,14 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
 
     // Another project: its own VM (another kernel). A command spinning on
     // the CPU there does not stop web's VM from answering.
-    let api = strata_ok(
-        &state,
-        &[
-            "sandbox",
-            "create",
-            "--backend",
-            "microvm",
-            "--project",
-            "api",
-        ],
-    )["sandbox"]
+    let args = "sandbox create --backend microvm --project api".split(' ');
+    let api = strata_ok(&state, &args.collect::<Vec<_>>())["sandbox"]
         .as_str()
         .unwrap()
         .to_string();
     let api_pid = vm_ok(&state, &["status", "--project", "api"])["endpoint"]["pid"].clone();
     assert_ne!(api_pid, pid);
-    let ws_api = strata_ok(&state, &["ws", "mount", &api, "api/main"])["workspace"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let ws_api = mount(&state, &api, "api/main");
     assert_ne!(boot(&ws_api), boot(&ws1));
     let spin = strata_ok(
         &state,
@@ -653,7 +641,23 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     assert!(o.status.success(), "{o:?}");
     let w = strata(&state, &["exec", "wait", &spin]);
     assert!(!w.status.success(), "a cancelled exec: {w:?}");
-    strata_ok(&state, &["sandbox", "rm", &api]);
+    // Nor does one filling its memory there; the guest's OOM killer ends it
+    // at its Sandbox's limit and the VM answers after.
+    memory_hog(&state, "api", &ws_api, &ws1);
+    // The SDK's close of a VM's last Sandbox stops the VM; the disk stays.
+    rt.block_on(async {
+        let sb = strata_sdk::microvm::open(&api, Some(state.clone())).await?;
+        let sb = sb.expect("api's record names it");
+        assert_eq!(sb.vm_project(), Some("api"));
+        sb.close().await
+    })
+    .expect("close api's Sandbox through the SDK");
+    assert!(!state.join(format!("api/sandboxes/{api}")).exists());
+    assert!(
+        qemus_under(&state.join("api")).is_empty(),
+        "api's qemu runs"
+    );
+    assert!(state.join("api/disk.img").is_file());
     assert_eq!(
         vm_ok(&state, &["status", "--project", "api"])["running"],
         false
@@ -737,4 +741,58 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
     assert_eq!(st["running"], false, "{st}");
     assert!(state.join("web/disk.img").is_file());
     assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
+}
+
+/// In project `hog`'s VM (Workspace `hog_ws`): a command that holds 128
+/// MiB until told to go on, then fills memory without bound (`tail` keeps
+/// all of a stream without newlines). Another project's Workspace
+/// (`other_ws`) answers an exec while the hog holds (it certainly runs
+/// then: it waits for `go`) and while it grows (under TCG the growth to
+/// the limit takes 10-20 s). The hog dies by the guest kernel's cgroup OOM
+/// killer at its Sandbox's memory limit (half the VM's RAM), and its VM,
+/// Sandbox and Workspace answer after.
+fn memory_hog(state: &Path, hog: &str, hog_ws: &str, other_ws: &str) {
+    let script = "{ head -c 128M /dev/zero; touch filled; \
+        while [ ! -e go ]; do sleep 0.1; done; exec cat /dev/zero; } | tail";
+    let mut args: Vec<&str> = "exec -d --timeout 5m".split(' ').collect();
+    args.extend([hog_ws, "--", "sh", "-c", script]);
+    let id = strata_ok(state, &args)["exec"].as_str().unwrap().to_owned();
+    // At most 2 minutes, then `test` fails the exec and the test.
+    let held = "i=0; while [ ! -e filled ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done; \
+        test -e filled && echo held";
+    assert_eq!(sh(state, hog_ws, held).0, "held\n");
+    let console = state.join(hog).join("console.log");
+    let killed = || {
+        std::fs::read_to_string(&console)
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.contains("Killed process") && l.contains("(tail)"))
+            .map(str::to_string)
+    };
+    let answers = |when: &str| {
+        let t = std::time::Instant::now();
+        let out = sh(state, other_ws, &format!("echo {when}")).0;
+        let took = t.elapsed();
+        assert_eq!(out, format!("{when}\n"));
+        assert!(took.as_secs() < 30, "the other VM took {took:?} ({when})");
+        let by_then = ["running", "killed"][killed().is_some() as usize];
+        eprintln!("the other VM answered in {took:?} {when} (hog {by_then} by then)");
+    };
+    answers("while-held");
+    sh(state, hog_ws, "touch go");
+    answers("while-growing");
+    let w = strata(state, &["exec", "wait", &id]);
+    let s: Value = serde_json::from_slice(&w.stdout).expect("exec wait's JSON");
+    // sh reports its last command, tail, killed by SIGKILL: 128 + 9.
+    assert_eq!(s["code"], 137, "{s}");
+    // The guest kernel says who killed it and at which limit.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while killed().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let line = killed().expect("the guest's console names the OOM kill of tail");
+    assert!(line.contains("Memory cgroup out of memory"), "{line}");
+    eprintln!("hog: {}", line.trim());
+    assert_eq!(sh(state, hog_ws, "rm filled go; echo fine").0, "fine\n");
+    answers("after");
 }

@@ -11,7 +11,10 @@
 //! which project's VM holds the Sandbox; [`open`] (used by
 //! [`crate::Client::sandbox`] and the CLI's commands taking an ID) looks
 //! there first and reaches the Sandbox through the VM's endpoint. A record
-//! whose Sandbox the guest no longer knows is removed when met.
+//! whose Sandbox the guest no longer knows is removed when met. Closing a
+//! Sandbox made or opened here ([`Sandbox::close`], `close_discard`)
+//! drops its record and, when it was the project's last, stops the VM
+//! ([`closed`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -172,6 +175,7 @@ pub async fn create(mut spec: SandboxSpec, vm_spec: MicroVm) -> Result<Sandbox> 
         let _ = sb.close_discard().await;
         return Err(Error::io("write the Sandbox's record", record)(e));
     }
+    sb.vm = Some((root, project));
     Ok(sb)
 }
 
@@ -188,6 +192,7 @@ pub async fn open(id: &str, state_root: Option<PathBuf>) -> Result<Option<Sandbo
     match Box::pin(client.sandbox(id)).await {
         Ok(mut sb) => {
             sb.info.backend = BackendKind::MicroVm;
+            sb.vm = Some((root, project));
             Ok(Some(sb))
         }
         Err(e @ Error::NotFound { .. }) => {

@@ -179,6 +179,10 @@ pub struct Sandbox {
     pub(crate) place: Place,
     pub(crate) info: SandboxInfo,
     pub(crate) client: DaemonClient,
+    /// In a project's VM: the VMs' state root, where its record is
+    /// (`microvm.rs`), and the project; its close drops the record and
+    /// stops the VM when it was the last.
+    pub(crate) vm: Option<(PathBuf, String)>,
 }
 
 /// Where a Sandbox is driven from.
@@ -332,6 +336,7 @@ impl Sandbox {
         );
         Ok(Sandbox {
             place: Place::Local(backend),
+            vm: None,
             info,
             client,
         })
@@ -602,10 +607,26 @@ impl Sandbox {
     pub async fn close(self) -> Result<()> {
         if let Place::Remote(r) = &self.place {
             // The server checks, with the Sandbox's own view.
-            return crate::sandbox_remote::close(r, self.id(), false).await;
+            crate::sandbox_remote::close(r, self.id(), false).await?;
+            return self.vm_closed().await;
         }
         self.close_check().await?;
         self.close_discard().await
+    }
+
+    /// The project whose VM runs this Sandbox (docs/microvm.md); `None`
+    /// for a Sandbox on this host or of a server.
+    pub fn vm_project(&self) -> Option<&str> {
+        self.vm.as_ref().map(|(_, p)| p.as_str())
+    }
+
+    /// After a close: a Sandbox of a project's VM drops its record there,
+    /// and the VM stops when it was its last (`microvm::closed`).
+    async fn vm_closed(&self) -> Result<()> {
+        if let Some((root, _)) = &self.vm {
+            crate::microvm::closed(self.id(), Some(root.clone())).await?;
+        }
+        Ok(())
     }
 
     /// What [`Sandbox::close`] checks first, without closing: `Ok` when no
@@ -684,7 +705,10 @@ impl Sandbox {
     pub async fn close_discard(self) -> Result<()> {
         let b = match &self.place {
             Place::Local(b) => b.clone(),
-            Place::Remote(r) => return crate::sandbox_remote::close(r, self.id(), true).await,
+            Place::Remote(r) => {
+                crate::sandbox_remote::close(r, self.id(), true).await?;
+                return self.vm_closed().await;
+            }
         };
         let _ = self
             .client

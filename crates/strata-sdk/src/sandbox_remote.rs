@@ -82,6 +82,7 @@ fn sandbox(remote: &Remote, w: wire::SandboxInfo) -> Sandbox {
         place: Place::Remote(remote.clone()),
         info: info_from_wire(w),
         client,
+        vm: None,
     }
 }
 
