@@ -663,6 +663,19 @@ fn sandboxes_in_a_project_vm_are_confined_share_it_and_survive_a_killed_vm() {
         false
     );
 
+    // `ws list` finds the VM Sandbox's Workspace beside the host's.
+    let l = strata_ok(&state, &["ws", "list"]);
+    let row = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workspace"] == ws1.as_str());
+    let row = row.unwrap_or_else(|| panic!("ws list lacks {ws1}: {l}"));
+    assert_eq!(
+        (&row["branch"], &row["sandbox"]),
+        (&json!("web/main"), &json!(sb1)),
+        "{row}"
+    );
     // Commit, and read it back from the host through the VM's API.
     let c = strata_ok(&state, &["ws", "commit", &ws1, "-m", "in a vm sandbox"]);
     let commit = c["commit"].as_str().unwrap().to_string();

@@ -37,7 +37,7 @@ pub struct Listed {
 
 /// The Workspaces mounted on this host by this user (`dirs`), then those
 /// of the running Sandboxes under `state_dir` (`None`: the backend's
-/// default). Sandboxes the caller cannot open (e.g. root's, for a user)
+/// default, the docker backend's and those of running project VMs). Sandboxes the caller cannot open (e.g. root's, for a user)
 /// or whose daemon does not answer within 2 s are left out, not an error.
 pub async fn list(dirs: &HostDirs, state_dir: Option<PathBuf>) -> Result<Vec<Listed>> {
     let mut rows: Vec<Listed> = host::list(dirs)?
@@ -58,10 +58,18 @@ pub async fn list(dirs: &HostDirs, state_dir: Option<PathBuf>) -> Result<Vec<Lis
     })
     .await
     .unwrap_or_default();
+    let mut open = Vec::new();
     for info in sandboxes {
-        let Ok(sb) = Sandbox::open_in(info.id.as_str(), state_dir.clone()).await else {
-            continue;
-        };
+        if let Ok(sb) = Sandbox::open_in(info.id.as_str(), state_dir.clone()).await {
+            open.push(sb);
+        }
+    }
+    // And the Sandboxes in running project VMs (docs/microvm.md), unless a
+    // native state root was named: their records are the VMs' own.
+    if state_dir.is_none() {
+        open.extend(crate::microvm::running(None).await);
+    }
+    for sb in open {
         let wss = tokio::time::timeout(LIST_TIMEOUT, sb.workspaces()).await;
         for w in wss.ok().and_then(|r| r.ok()).unwrap_or_default() {
             rows.push(Listed {
