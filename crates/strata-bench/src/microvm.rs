@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::Value;
+use strata_sdk::microvm::qemus_under;
 use strata_sdk::{Client, MicroVm, Sandbox, SandboxSpec};
 
 use crate::report::{median, ms, Row};
@@ -117,27 +118,6 @@ impl Drop for Vms {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         }
     }
-}
-
-/// The live qemu processes whose command line names `dir` (the VM
-/// directories are under it); zombies are gone already.
-fn qemus_under(dir: &Path) -> Vec<u32> {
-    let needle = dir.to_string_lossy().into_owned();
-    let Ok(rd) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd);
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, r)| r.starts_with('Z'));
-            cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie
-        })
-        .collect()
 }
 
 /// A row whose goal is for KVM hosts: judged only when the VM ran under

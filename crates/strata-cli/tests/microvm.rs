@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::{json, Value};
+use strata_microvm::vm::qemus_under;
 use strata_testkit::http::{parse, Resp};
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
@@ -63,26 +64,6 @@ fn vm_err(state: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let o = c.output().expect("run strata vm");
     assert!(!o.status.success(), "strata vm {args:?} succeeded");
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// The qemu processes whose command line names `dir` (the VM directories
-/// are under it).
-fn qemus_under(dir: &Path) -> Vec<u32> {
-    let needle = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd);
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, r)| r.starts_with('Z'));
-            cmd.contains("qemu-system") && cmd.contains(&needle) && !zombie
-        })
-        .collect()
 }
 
 /// One HTTP/1.1 exchange with the guest's server through the endpoint.

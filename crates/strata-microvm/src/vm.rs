@@ -276,16 +276,35 @@ fn read_endpoint(p: &Path) -> Option<Endpoint> {
     serde_json::from_slice(&fs::read(p).ok()?).ok()
 }
 
-/// Whether `pid` is a live (not zombie) qemu of this VM directory.
-fn alive(pid: u32, vm_dir: &Path) -> bool {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(") ").map(|(_, r)| r.chars().next());
-    if !matches!(state, Some(Some(c)) if c != 'Z' && c != 'X') {
+/// Whether `pid` is a live (not zombie) process whose command line names
+/// `dir` (a VM directory, or a state root above VM directories).
+fn alive(pid: u32, dir: &Path) -> bool {
+    if !live(pid) {
         return false;
     }
     let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let needle = vm_dir.to_string_lossy();
+    let needle = dir.to_string_lossy();
     String::from_utf8_lossy(&cmdline).contains(needle.as_ref())
+}
+
+/// The live (not zombie) qemu processes whose command line names `dir`:
+/// the VMs of a state root or of one VM directory, found from `/proc`
+/// rather than from their records, so that a check that nothing is left
+/// running cannot be fooled by a record that was removed.
+pub fn qemus_under(dir: &Path) -> Vec<u32> {
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            alive(pid, dir)
+                && String::from_utf8_lossy(
+                    &fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+                )
+                .contains("qemu-system")
+        })
+        .collect()
 }
 
 /// Running or not, with the endpoint when running.

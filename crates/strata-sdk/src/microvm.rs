@@ -21,6 +21,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use strata_microvm::{vm, VmConfig, VmError};
+
+/// The live qemu processes whose command line names a directory (see
+/// strata-microvm), for checks that no VM is left running.
+pub use strata_microvm::vm::qemus_under;
 use strata_sandbox::BackendKind;
 
 use crate::connect::Client;
