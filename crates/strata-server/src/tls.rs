@@ -81,22 +81,19 @@ pub fn fingerprint(der: &[u8]) -> String {
     strata_api::fingerprint::format(&d)
 }
 
-/// Write `data` to a new 0600 file, atomically (temporary name, rename).
+/// Write `data` to a new 0600 file, atomically: tempfile makes its file
+/// with mode 0600 beside `path` (one filesystem, so the rename is atomic),
+/// then it is synced and renamed over `path`.
 fn write_private(path: &Path, data: &[u8]) -> Result<(), TlsError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(io("create", &tmp))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut f = tempfile::NamedTempFile::new_in(dir).map_err(io("create a file in", dir))?;
     f.write_all(data)
-        .and_then(|()| f.sync_all())
-        .map_err(io("write", &tmp))?;
-    std::fs::rename(&tmp, path).map_err(io("move into place", path))
+        .and_then(|()| f.as_file().sync_all())
+        .map_err(io("write", f.path()))?;
+    f.persist(path)
+        .map_err(|e| io("move into place", path)(e.error))?;
+    Ok(())
 }
 
 impl TlsSetup {
