@@ -45,10 +45,14 @@ fn vm(state: &Path, args: &[&str]) -> std::process::Output {
 }
 
 fn vm_ok(state: &Path, args: &[&str]) -> Value {
-    let o = vm(state, args);
+    json_ok(vm(state, args), "strata vm", args)
+}
+
+/// The JSON stdout of a command that must have succeeded.
+fn json_ok(o: std::process::Output, what: &str, args: &[&str]) -> Value {
     assert!(
         o.status.success(),
-        "strata vm {args:?} failed: {}\n{}",
+        "{what} {args:?} failed: {}\n{}",
         String::from_utf8_lossy(&o.stderr),
         String::from_utf8_lossy(&o.stdout)
     );
@@ -414,14 +418,7 @@ fn strata(state: &Path, args: &[&str]) -> std::process::Output {
 }
 
 fn strata_ok(state: &Path, args: &[&str]) -> Value {
-    let o = strata(state, args);
-    assert!(
-        o.status.success(),
-        "strata {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    serde_json::from_slice(&o.stdout).expect("JSON")
+    json_ok(strata(state, args), "strata", args)
 }
 
 /// `sh -c SCRIPT` in Workspace `ws` (found by ID through the VM's record):

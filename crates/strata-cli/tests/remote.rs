@@ -56,24 +56,6 @@ fn both(env: &Env, s: &Server, token: &str, args: &[&str]) -> (Output, Output) {
     (local, run(c))
 }
 
-type Output = (Option<i32>, Vec<u8>, String);
-
-fn run(mut c: assert_cmd::Command) -> Output {
-    let o = c.output().expect("run strata");
-    (
-        o.status.code(),
-        o.stdout,
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn url_of(s: &Server) -> String {
-    match s.addr.strip_prefix("unix:") {
-        Some(p) => format!("unix://{p}"),
-        None => format!("http://{}", s.addr.strip_prefix("tcp:").unwrap()),
-    }
-}
-
 #[test]
 fn read_commands_print_the_same_bytes_through_the_server() {
     let env = populated();

@@ -18,21 +18,6 @@ use common::Env;
 use serde_json::Value;
 use serve_common::*;
 
-type Output = (Option<i32>, Vec<u8>, String);
-
-fn run(mut c: assert_cmd::Command) -> Output {
-    let o = c.output().expect("run strata");
-    (
-        o.status.code(),
-        o.stdout,
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn url_of(s: &Server) -> String {
-    format!("unix://{}", s.addr.strip_prefix("unix:").unwrap())
-}
-
 fn json(b: &[u8]) -> Value {
     serde_json::from_slice(b)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(b)))

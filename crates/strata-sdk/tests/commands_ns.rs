@@ -12,7 +12,9 @@
 
 mod common;
 
-use strata_sdk::{CommitOutcome, Sandbox, SandboxSpec, Store, Workspace};
+use common::sh;
+
+use strata_sdk::{CommitOutcome, Sandbox, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
@@ -39,24 +41,13 @@ fn main() {
 }
 
 async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspace) {
-    let src = dir.join(format!("src-{name}"));
-    std::fs::create_dir_all(&src).unwrap();
-    std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
-    let store = Store::create(dir.join(format!("store-{name}")))
-        .await
-        .unwrap();
-    store.create_project_from("p", &src).await.unwrap();
-    let spec =
-        SandboxSpec::new(store.dir()).label("commands-ns-test-run", std::process::id().to_string());
-    let sb = Sandbox::create(spec).await.expect("create a Sandbox");
-    let ws = sb.mount("p/main", None).await.expect("mount");
-    (store, sb, ws)
-}
-
-async fn sh(ws: &Workspace, script: &str) -> String {
-    let o = ws.exec(["sh", "-c", script]).output().await.expect("exec");
-    assert!(o.status.success(), "{script}: {o:?}");
-    o.stdout_str()
+    common::sandbox(
+        dir,
+        name,
+        "commands-ns-test-run",
+        &[("hello.txt", b"hello\n".as_slice())],
+    )
+    .await
 }
 
 /// Eight execs started at once on a fresh Sandbox, before any has built

@@ -9,7 +9,9 @@
 
 mod common;
 
-use strata_sdk::{Error, FileKind, Sandbox, SandboxSpec, Store, Workspace};
+use common::sh;
+
+use strata_sdk::{Error, FileKind, Sandbox, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
@@ -31,25 +33,16 @@ fn main() {
 }
 
 async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspace) {
-    let src = dir.join(format!("src-{name}"));
-    std::fs::create_dir_all(src.join("dir")).unwrap();
-    std::fs::write(src.join("hello.txt"), b"hello\n").unwrap();
-    std::fs::write(src.join("dir/a.txt"), b"a\n").unwrap();
-    let store = Store::create(dir.join(format!("store-{name}")))
-        .await
-        .unwrap();
-    store.create_project_from("p", &src).await.unwrap();
-    let spec =
-        SandboxSpec::new(store.dir()).label("files-test-run", std::process::id().to_string());
-    let sb = Sandbox::create(spec).await.expect("create a Sandbox");
-    let ws = sb.mount("p/main", None).await.expect("mount");
-    (store, sb, ws)
-}
-
-async fn sh(ws: &Workspace, script: &str) -> String {
-    let o = ws.exec(["sh", "-c", script]).output().await.expect("exec");
-    assert!(o.status.success(), "{script}: {o:?}");
-    o.stdout_str()
+    common::sandbox(
+        dir,
+        name,
+        "files-test-run",
+        &[
+            ("hello.txt", b"hello\n".as_slice()),
+            ("dir/a.txt", b"a\n".as_slice()),
+        ],
+    )
+    .await
 }
 
 fn invalid(r: Result<impl std::fmt::Debug, Error>, what: &str) -> String {

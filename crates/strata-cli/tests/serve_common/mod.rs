@@ -185,3 +185,24 @@ pub fn commit(s: &Server, t: &str, branch_path: &str, expected: &str, changes: V
         Some(&json!({"expected_head": expected, "message": "via api", "changes": changes})),
     )
 }
+
+/// A `strata` command's exit code, stdout and stderr.
+pub type Output = (Option<i32>, Vec<u8>, String);
+
+/// Run `c` to its end.
+pub fn run(mut c: assert_cmd::Command) -> Output {
+    let o = c.output().expect("run strata");
+    (
+        o.status.code(),
+        o.stdout,
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The `--remote` URL of a server: `unix:///path` or `http://HOST:PORT`.
+pub fn url_of(s: &Server) -> String {
+    match s.addr.strip_prefix("unix:") {
+        Some(p) => format!("unix://{p}"),
+        None => format!("http://{}", s.addr.strip_prefix("tcp:").unwrap()),
+    }
+}

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::path::Path;
 
-use strata_sdk::{Sandbox, SandboxFilter};
+use strata_sdk::{Sandbox, SandboxFilter, SandboxSpec, Store, Workspace};
 
 /// The label every Sandbox of this run carries: `KEY=<this pid>`.
 pub fn run_label(key: &str) -> (String, String) {
@@ -55,4 +55,38 @@ impl<'a> Cases<'a> {
     pub fn finish(self) {
         self.inner.finish(close_leftovers(self.label_key));
     }
+}
+
+/// A Store under `dir` (named after `name`) whose project `p` holds
+/// `files` (relative path, bytes), a Sandbox labelled with this run's
+/// `label_key`, and `p/main` mounted in it.
+pub async fn sandbox(
+    dir: &Path,
+    name: &str,
+    label_key: &str,
+    files: &[(&str, &[u8])],
+) -> (Store, Sandbox, Workspace) {
+    let src = dir.join(format!("src-{name}"));
+    for (path, bytes) in files {
+        let p = src.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let store = Store::create(dir.join(format!("store-{name}")))
+        .await
+        .unwrap();
+    store.create_project_from("p", &src).await.unwrap();
+    let (k, v) = run_label(label_key);
+    let sb = Sandbox::create(SandboxSpec::new(store.dir()).label(k, v))
+        .await
+        .expect("create a Sandbox");
+    let ws = sb.mount("p/main", None).await.expect("mount");
+    (store, sb, ws)
+}
+
+/// `sh -c SCRIPT` in `ws`, which must succeed: its stdout.
+pub async fn sh(ws: &Workspace, script: &str) -> String {
+    let o = ws.exec(["sh", "-c", script]).output().await.expect("exec");
+    assert!(o.status.success(), "{script}: {o:?}");
+    o.stdout_str()
 }

@@ -466,6 +466,35 @@ def exec_create(sid: str, body: dict[str, Any]) -> Flow[tuple[str, int]]:
     return str(d["id"]), int(d.get("pid") or 0)
 
 
+def interactive_create(
+    sid: str,
+    wid: str,
+    argv: Sequence[str],
+    *,
+    tty: bool,
+    rows: int,
+    cols: int,
+    timeout: Optional[float],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    user: Optional[str],
+) -> Flow[tuple[str, int]]:
+    """An exec with an open stdin and, with ``tty``, a ``rows`` x ``cols``
+    terminal, for an interactive session on the exec's WebSocket."""
+    body = exec_request(
+        wid,
+        argv,
+        env=env,
+        cwd=cwd,
+        user=user,
+        stdin=True,
+        timeout=timeout,
+        tty=tty,
+        tty_size=(rows, cols) if tty else None,
+    )
+    return (yield from exec_create(sid, body))
+
+
 class Ending:
     """The final frame of an output stream."""
 

@@ -504,18 +504,20 @@ class Workspace:
         "Interactive commands"); returns at once. ``timeout`` is the
         command's own (then it is cancelled), as in :meth:`run`."""
         refuse_https(self._d.endpoint)
-        body = ops.exec_request(
-            self.id,
-            argv,
-            env=env,
-            cwd=cwd,
-            user=user,
-            stdin=True,
-            timeout=timeout,
-            tty=tty,
-            tty_size=(rows, cols) if tty else None,
+        eid, pid = self._d.run(
+            ops.interactive_create(
+                self.sandbox.id,
+                self.id,
+                argv,
+                tty=tty,
+                rows=rows,
+                cols=cols,
+                timeout=timeout,
+                env=env,
+                cwd=cwd,
+                user=user,
+            )
         )
-        eid, pid = self._d.run(ops.exec_create(self.sandbox.id, body))
         d = self._d
         return Interactive.open(
             d.endpoint,
