@@ -18,10 +18,7 @@ use strata_sdk::{CommitOutcome, Sandbox, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests create native Sandboxes: run them as root (CI does)"
-    );
+    strata_testkit::cases::require_root();
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let mut cases = common::Cases::new(&rt, tmp.path(), "commands-ns-test-run");

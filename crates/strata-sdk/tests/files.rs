@@ -15,10 +15,7 @@ use strata_sdk::{Error, FileKind, Sandbox, Store, Workspace};
 
 fn main() {
     strata_sdk::maybe_run_internal();
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests create native Sandboxes: run them as root (CI does)"
-    );
+    strata_testkit::cases::require_root();
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     // Under /var/tmp: the Sandbox's view of the host has no /tmp of the
     // host, and the outside file must be one the daemon (root) could reach.

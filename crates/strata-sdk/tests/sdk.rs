@@ -46,10 +46,7 @@ fn main() {
         });
         return;
     }
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests create native Sandboxes: run them as root (CI does)"
-    );
+    strata_testkit::cases::require_root();
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut cases = common::Cases::new(&rt, tmp.path(), "sdk-test-run");
     cases.run(

@@ -16,6 +16,15 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Instant;
 
+/// Fail at once, with the reason, unless this process is root: the cases
+/// of these binaries create native Sandboxes (CI runs them as root).
+pub fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests create native Sandboxes: run them as root (CI does)"
+    );
+}
+
 /// Runs cases one after the other on one runtime.
 pub struct Cases<'a> {
     rt: &'a tokio::runtime::Runtime,

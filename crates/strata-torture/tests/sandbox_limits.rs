@@ -20,10 +20,7 @@ const RUN_LABEL: &str = "torture-limits-run";
 
 fn main() {
     strata_sdk::maybe_run_internal();
-    assert!(
-        rustix::process::geteuid().is_root(),
-        "these tests create native Sandboxes: run them as root (CI does)"
-    );
+    strata_testkit::cases::require_root();
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = strata_torture::tempdir();
     let mut cases = strata_testkit::cases::Cases::from_args(&rt, tmp.path());
