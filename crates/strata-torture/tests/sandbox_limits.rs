@@ -283,7 +283,15 @@ async fn default_limits_stop_a_fork_bomb_while_the_daemon_serves(dir: &Path) {
     .expect("an exec during the bomb hangs")
     .expect("an exec during the bomb fails");
     assert_eq!(during.stdout_str(), "during-bomb\n");
-    let still = current();
+    // A bomb at the limit churns: a shell whose fork fails exits, and its
+    // pids are taken again by the others, so one reading can land in a
+    // dip (3,160 of 3,840 was seen). The bomb is over only if none of a
+    // few readings over the next 200 ms is near the limit.
+    let mut still = 0;
+    for _ in 0..20 {
+        still = still.max(current());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     peak = peak.max(still);
     assert!(
         still + 64 >= commands_max,
