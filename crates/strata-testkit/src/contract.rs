@@ -54,12 +54,15 @@ pub trait Harness: Sync {
     fn check_deleted(&self, _info: &SandboxInfo) {}
 }
 
+/// One case of the suite.
+pub type Case = fn(&dyn Harness);
+
 /// Every case of the suite by name, in the order a whole-suite runner
 /// takes them (strata-testkit's `strata-contract-native`, which a project
 /// VM's guest runs, docs/microvm.md): a case listed here is run there and
 /// asserted by name, so a new case belongs here as well as in each
 /// backend's test file.
-pub const CASES: &[(&str, fn(&dyn Harness))] = &[
+pub const CASES: &[(&str, Case)] = &[
     ("lifecycle", lifecycle),
     (
         "commands_see_no_fuse_and_no_state",

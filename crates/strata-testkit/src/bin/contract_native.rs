@@ -5,8 +5,10 @@
 //! run as root inside a project VM's guest (strata-microvm's one-shot
 //! boot, docs/microvm.md), where libtest's runner and cargo are absent.
 //!
-//! Each case gets a fresh state root and Store under BASE (default
-//! `/var/tmp`; in a VM the project disk) and prints one line on stdout,
+//! It first prints `contract: Linux RELEASE as uid N, under DIR`. Each
+//! case gets a fresh state root and Store under DIR, a new directory in
+//! BASE (default `/var/tmp`; in a VM the project disk), and prints one
+//! line on stdout,
 //! `contract NAME ... ok (SECS s)` or `contract NAME ... FAILED: WHY`,
 //! then a summary line `contract: N passed, M failed`. NAMEs pick the
 //! cases whose name contains one of them. The fake daemon is `--fake`, or
@@ -86,6 +88,15 @@ fn main() -> ExitCode {
         eprintln!("strata-contract-native: no case matches {filter:?}");
         return ExitCode::FAILURE;
     }
+    // Where the suite ran, for a caller to check (a VM's test compares it
+    // with the guest kernel it booted).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    println!(
+        "contract: Linux {} as uid {}, under {}",
+        release.trim(),
+        rustix::process::geteuid().as_raw(),
+        run.path().display()
+    );
     let all = Instant::now();
     let mut failed = 0;
     for (name, case) in &picked {
