@@ -94,7 +94,8 @@ fn the_contract_suite_passes_in_a_project_vms_guest() {
         .collect();
     assert!(
         missing.is_empty(),
-        "cases not passed in the guest: {missing:?}\n{report}"
+        "cases not passed in the guest: {missing:?} (a case added to the suite since \
+         strata-contract-native was built? `cargo build -p strata-testkit --bins`)\n{report}"
     );
     let summary = format!("contract: {} passed, 0 failed", CASES.len());
     assert!(out.stdout.contains(&summary), "no {summary:?}:\n{report}");
