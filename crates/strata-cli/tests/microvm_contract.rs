@@ -149,3 +149,31 @@ fn a_one_shot_boot_hands_back_a_failing_programs_status_and_stderr() {
     assert!(out.clean_power_off, "the guest did not power off by itself");
     assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
 }
+
+/// A program that does not end within the run's timeout: an error that
+/// says so (with its output so far), and qemu killed, not left running.
+#[test]
+fn a_one_shot_program_that_does_not_end_is_stopped_with_its_vm() {
+    require_qemu_and_kernel();
+    let tmp = tempfile::tempdir().unwrap();
+    let _cleanup = Cleanup(tmp.path());
+    let cfg = VmConfig::new(tmp.path().join("vms"), "hanging", BIN.into());
+    let spec = RunSpec {
+        // The host's shell, lent /usr and all: it runs in the guest too.
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "echo begun; exec sleep 3600".into()],
+        files: vec![],
+        env: vec![],
+        timeout: Duration::from_secs(30),
+    };
+    let t0 = std::time::Instant::now();
+    let e = oneshot::run(&cfg, &spec).unwrap_err().to_string();
+    assert!(
+        e.contains("the one-shot run in the VM of project hanging did not finish")
+            && e.contains("the program did not end within 30 s of qemu's start")
+            && e.contains("qemu was stopped"),
+        "{e}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(90), "{:?}", t0.elapsed());
+    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
+}
