@@ -61,7 +61,7 @@ pub type Case = fn(&dyn Harness);
 /// takes them (strata-testkit's `strata-contract-native`, which a project
 /// VM's guest runs, docs/microvm.md): a case listed here is run there and
 /// asserted by name, so a new case belongs here as well as in each
-/// backend's test file.
+/// backend's test file (strata-cli's `tests/tidy.rs` checks those).
 pub const CASES: &[(&str, Case)] = &[
     ("lifecycle", lifecycle),
     (
