@@ -56,7 +56,12 @@ fn the_contract_suite_passes_in_a_project_vms_guest() {
         timeout: Duration::from_secs(900),
     };
     let out = oneshot::run(&cfg, &spec).expect("the one-shot boot");
+    // Each case's line, then the suite's own figures (start and restart
+    // to ready) from its stderr.
     eprintln!("{}", out.stdout);
+    for l in out.stderr.lines().filter(|l| l.starts_with("native: ")) {
+        eprintln!("in the guest: {l}");
+    }
     eprintln!(
         "accel {:?}: boot to the program {} ms, the suite {} ms, powered off by itself: {}",
         out.accel, out.boot_ms, out.run_ms, out.clean_power_off
