@@ -284,6 +284,45 @@ mod tests {
     }
 
     #[test]
+    fn extra_files_come_after_their_parent_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("strata");
+        fs::write(&exe, b"init").unwrap();
+        let out = d.path().join("initramfs.img");
+        let extra = |path: &str| Extra {
+            path: path.into(),
+            mode: 0o755,
+            data: b"x".to_vec(),
+        };
+        let none = crate::userland::Userland::default();
+        build_with(
+            &exe,
+            &[],
+            &none,
+            &[extra("strata/run/bin/prog"), extra("strata/run/spec.json")],
+            &out,
+        )
+        .unwrap();
+        let img = fs::read(&out).unwrap();
+        let at = |name: &str| {
+            let needle = format!("{name}\0");
+            let hits: Vec<usize> = img
+                .windows(needle.len())
+                .enumerate()
+                .filter(|(i, w)| *w == needle.as_bytes() && img[i - 1] != b'/')
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(hits.len(), 1, "{name}: {hits:?}");
+            hits[0]
+        };
+        // `strata` itself is written once, with strata's own directories.
+        assert!(at("strata") < at("strata/run"));
+        assert!(at("strata/run") < at("strata/run/bin"));
+        assert!(at("strata/run/bin") < at("strata/run/bin/prog"));
+        assert!(at("strata/run") < at("strata/run/spec.json"));
+    }
+
+    #[test]
     fn a_kernel_without_fuse_is_refused_by_name() {
         let d = tempfile::tempdir().unwrap();
         fs::write(

@@ -123,7 +123,12 @@ pub fn run(cfg: &VmConfig, spec: &RunSpec) -> Result<RunOutput, VmError> {
                 path: f.clone(),
             });
         }
-        let small = stripped(f, &cache.join(&name));
+        // Stripped afresh each run: the copy is named by the file's name
+        // alone, and another file of that name (from another directory)
+        // may be older than the copy a previous run left.
+        let copy = cache.join(&name);
+        let _ = fs::remove_file(&copy);
+        let small = stripped(f, &copy);
         let data = fs::read(&small).map_err(crate::vm::io("read", &small))?;
         extra.push(Extra {
             path: format!("{}/{name}", &RUN_BIN[1..]),
