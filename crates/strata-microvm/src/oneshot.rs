@@ -305,6 +305,9 @@ fn run_program(ctl: &File) -> Result<(), GuestError> {
             .map_err(|e| fail("clone the control channel", e))?,
     ));
     send(&ctl, "started");
+    // The console too, so that a failure report's console tail says how
+    // far the guest got.
+    guest::console(&format!("one-shot: running {prog} as pid {}", child.id()));
     let (tx, rx) = std::sync::mpsc::channel();
     let streams: [(Option<Box<dyn Read + Send>>, &str); 2] = [
         (child.stdout.take().map(|p| Box::new(p) as _), "out"),
@@ -341,6 +344,7 @@ fn run_program(ctl: &File) -> Result<(), GuestError> {
         (None, None) => format!("error: the program ended oddly ({status:?})"),
     };
     send(&ctl, &last);
+    guest::console(&format!("one-shot: {prog} ended: {last}"));
     Ok(())
 }
 
