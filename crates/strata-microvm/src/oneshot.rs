@@ -97,7 +97,7 @@ struct GuestSpec {
 }
 
 /// Boot the project's VM once to run `spec` in it; returns once qemu is
-/// gone (powered off, or killed after [`POWER_OFF_WAIT`]). Refused, as a
+/// gone (powered off, or killed 60 s after the program ended). Refused, as a
 /// served boot is, while another VM holds the disk (the project's VM
 /// running included). A program that does not end within the timeout is
 /// an error carrying its output so far; qemu is killed then too.
