@@ -104,8 +104,10 @@ struct GuestSpec {
 pub fn run(cfg: &VmConfig, spec: &RunSpec) -> Result<RunOutput, VmError> {
     let host = Host::find(cfg)?;
     let dir = prepare_dir(cfg)?;
-    let cache = dir.join("run");
-    fs::create_dir_all(&cache).map_err(crate::vm::io("create", &cache))?;
+    // The stripped copies live only until they are read into the
+    // initramfs image (in memory here, then in initramfs.img).
+    let scratch = dir.join("run");
+    fs::create_dir_all(&scratch).map_err(crate::vm::io("create", &scratch))?;
     let mut extra = Vec::new();
     let mut names = Vec::new();
     for f in std::iter::once(&spec.program).chain(&spec.files) {
@@ -125,11 +127,13 @@ pub fn run(cfg: &VmConfig, spec: &RunSpec) -> Result<RunOutput, VmError> {
         }
         // Stripped afresh each run: the copy is named by the file's name
         // alone, and another file of that name (from another directory)
-        // may be older than the copy a previous run left.
-        let copy = cache.join(&name);
+        // may be older than a copy a previous run left.
+        let copy = scratch.join(&name);
         let _ = fs::remove_file(&copy);
         let small = stripped(f, &copy);
-        let data = fs::read(&small).map_err(crate::vm::io("read", &small))?;
+        let data = fs::read(&small).map_err(crate::vm::io("read", &small));
+        let _ = fs::remove_file(&copy);
+        let data = data?;
         extra.push(Extra {
             path: format!("{}/{name}", &RUN_BIN[1..]),
             mode: 0o755,

@@ -6,7 +6,9 @@
 //! `initramfs.img` and `init.bin` (the stripped strata binary), the
 //! control FIFOs `ctl.in`/`ctl.out` (qemu's `pipe` chardev, a virtio-serial
 //! port in the guest), `console.log` (the serial console), `qemu.log`
-//! (qemu's own stderr) and `endpoint.json` (0600: URL, token, pid).
+//! (qemu's own stderr) and `endpoint.json` (0600: URL, token, pid; a
+//! served boot's only), and `run/`, where a one-shot boot's files are
+//! stripped before they go into its initramfs ([`crate::oneshot`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
