@@ -155,8 +155,8 @@ pub fn run(ctx: &Ctx, cmd: VmCmd) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// In the VM: this process is init. Never returns there; elsewhere it
-/// returns at once.
+/// In the VM: this process is init (serving, or a probe or one-shot boot).
+/// Never returns there; elsewhere it returns at once.
 pub fn maybe_run_guest_init() {
     let args: Vec<OsString> = std::env::args_os().collect();
     if !guest::is_init(&args) {
@@ -164,6 +164,11 @@ pub fn maybe_run_guest_init() {
     }
     if guest::is_probe(&args) {
         guest::probe_boot();
+    }
+    // A one-shot boot runs a host program instead of the server
+    // (strata-microvm's oneshot, used by the contract suite's VM test).
+    if strata_microvm::oneshot::is_run(&args) {
+        strata_microvm::oneshot::run_in_guest();
     }
     match guest::setup() {
         Ok(g) => {

@@ -13,25 +13,10 @@ use serde_json::{json, Value};
 use strata_microvm::vm::qemus_under;
 use strata_testkit::http::{parse, Resp};
 
-const BIN: &str = env!("CARGO_BIN_EXE_strata");
+mod microvm_common;
+use microvm_common::{require_qemu_and_kernel, Cleanup};
 
-fn require_qemu_and_kernel() {
-    let qemu = Command::new("qemu-system-x86_64").arg("-version").output();
-    assert!(
-        qemu.is_ok_and(|o| o.status.success()),
-        "qemu-system-x86_64 is missing: install qemu-system-x86 (scripts/test does)"
-    );
-    let kernel = std::fs::read_dir("/boot")
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .unwrap_or(false);
-    assert!(
-        kernel,
-        "no /boot/vmlinuz-*: install linux-image-amd64 (scripts/test does)"
-    );
-}
+const BIN: &str = env!("CARGO_BIN_EXE_strata");
 
 fn vm(state: &Path, args: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -96,16 +81,6 @@ fn http(ep: &Value, method: &str, path: &str, token: Option<&str>, body: Option<
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     parse(&raw)
-}
-
-struct Cleanup<'a>(&'a Path);
-impl Drop for Cleanup<'_> {
-    fn drop(&mut self) {
-        // Never leave a VM behind, even when an assertion failed.
-        for pid in qemus_under(self.0) {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-        }
-    }
 }
 
 #[test]

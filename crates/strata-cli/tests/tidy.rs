@@ -353,3 +353,27 @@ fn no_test_prints_that_it_skipped() {
         found.join("\n")
     );
 }
+
+/// Every case of the Backend contract suite (strata-testkit's
+/// `contract::CASES`, which a project VM's guest runs as a whole) has a
+/// test on each host backend: strata-sandbox's `tests/native.rs` and
+/// strata-docker's `tests/docker.rs` call `contract::NAME(` for each.
+#[test]
+fn every_contract_case_runs_on_every_backend() {
+    let root = repo_root();
+    for file in [
+        "crates/strata-sandbox/tests/native.rs",
+        "crates/strata-docker/tests/docker.rs",
+    ] {
+        let src = std::fs::read_to_string(root.join(file)).unwrap();
+        let missing: Vec<&str> = strata_testkit::contract::CASES
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| !src.contains(&format!("contract::{name}(")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{file} runs no test for the contract cases {missing:?}"
+        );
+    }
+}

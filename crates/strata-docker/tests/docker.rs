@@ -110,6 +110,9 @@ impl Harness for Env {
     fn store(&self) -> &Path {
         self.store.path()
     }
+    fn state_root(&self) -> &Path {
+        self.backend.state_root()
+    }
     fn request(&self, name: Option<&str>) -> CreateRequest {
         let mut req = CreateRequest::new(self.store.path());
         req.name = name.map(String::from);

@@ -126,6 +126,17 @@ fn module_name(path: &str) -> String {
     stem.replace('-', "_")
 }
 
+/// A file added to the initramfs beyond strata's own (a one-shot boot's
+/// program and its arguments, [`crate::oneshot`]).
+#[derive(Debug, Clone)]
+pub struct Extra {
+    /// Its path in the initramfs, without the leading `/`; its parent
+    /// directories are created.
+    pub path: String,
+    pub mode: u32,
+    pub data: Vec<u8>,
+}
+
 /// Write the initramfs to `out`: `/init` (the static strata binary), the
 /// modules under `/strata/modules/` (`/lib` is the host's symlink into
 /// /usr), `/modules.order`, and the userland of
@@ -135,6 +146,17 @@ pub fn build(
     exe: &Path,
     modules: &[Module],
     userland: &crate::userland::Userland,
+    out: &Path,
+) -> Result<u64, VmError> {
+    build_with(exe, modules, userland, &[], out)
+}
+
+/// [`build`] with `extra` files as well.
+pub fn build_with(
+    exe: &Path,
+    modules: &[Module],
+    userland: &crate::userland::Userland,
+    extra: &[Extra],
     out: &Path,
 ) -> Result<u64, VmError> {
     let io = |action: &'static str, path: &Path| {
@@ -184,6 +206,31 @@ pub fn build(
     w.file("modules.order", 0o644, order.as_bytes())
         .map_err(io("write", &tmp))?;
     userland.write(&mut w)?;
+    // The kernel's unpacker does not create missing parents: each
+    // directory above an extra file is written once, before it.
+    let mut dirs = BTreeSet::from(["strata".to_string()]);
+    for x in extra {
+        let mut parent = String::new();
+        for part in x
+            .path
+            .split('/')
+            .rev()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if !parent.is_empty() {
+                parent.push('/');
+            }
+            parent.push_str(part);
+            if dirs.insert(parent.clone()) {
+                w.dir(&parent, 0o755).map_err(io("write", &tmp))?;
+            }
+        }
+        w.file(&x.path, x.mode, &x.data)
+            .map_err(io("write", &tmp))?;
+    }
     w.finish().map_err(io("write", &tmp))?;
     fs::rename(&tmp, out).map_err(io("move into place", out))?;
     Ok(fs::metadata(out).map(|m| m.len()).unwrap_or(0))
@@ -234,6 +281,45 @@ mod tests {
                 "9p"
             ]
         );
+    }
+
+    #[test]
+    fn extra_files_come_after_their_parent_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let exe = d.path().join("strata");
+        fs::write(&exe, b"init").unwrap();
+        let out = d.path().join("initramfs.img");
+        let extra = |path: &str| Extra {
+            path: path.into(),
+            mode: 0o755,
+            data: b"x".to_vec(),
+        };
+        let none = crate::userland::Userland::default();
+        build_with(
+            &exe,
+            &[],
+            &none,
+            &[extra("strata/run/bin/prog"), extra("strata/run/spec.json")],
+            &out,
+        )
+        .unwrap();
+        let img = fs::read(&out).unwrap();
+        let at = |name: &str| {
+            let needle = format!("{name}\0");
+            let hits: Vec<usize> = img
+                .windows(needle.len())
+                .enumerate()
+                .filter(|(i, w)| *w == needle.as_bytes() && img[i - 1] != b'/')
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(hits.len(), 1, "{name}: {hits:?}");
+            hits[0]
+        };
+        // `strata` itself is written once, with strata's own directories.
+        assert!(at("strata") < at("strata/run"));
+        assert!(at("strata/run") < at("strata/run/bin"));
+        assert!(at("strata/run/bin") < at("strata/run/bin/prog"));
+        assert!(at("strata/run") < at("strata/run/spec.json"));
     }
 
     #[test]

@@ -10,16 +10,19 @@
 //! | the guest's init: mounts, modules, network, the disk, the control channel | [`guest`] |
 //! | the Sandbox commands' userland: the host's /usr over read-only virtio-9p, a filtered /etc | [`userland`] |
 //! | the VM's lifecycle on the host: disk, lock, qemu, the ready line, stop | [`vm`] |
+//! | a one-shot boot: a host program run as root in the guest instead of the server, its output and exit status back | [`oneshot`] |
 //! | what this host offers: qemu, KVM (by a probe boot), vsock, the kernel | [`probe`] |
 //!
 //! The `strata` binary (strata-cli) owns the server: it runs the guest's
 //! `strata serve` after [`guest::setup`] and offers `strata vm`.
 
 mod accel;
+mod boot;
 pub mod cpio;
 pub mod guest;
 pub mod initramfs;
 pub mod kernel;
+pub mod oneshot;
 pub mod probe;
 pub mod userland;
 pub mod vm;
@@ -68,6 +71,14 @@ pub enum VmError {
     Boot {
         project: String,
         reason: String,
+        log: PathBuf,
+        console: String,
+    },
+    #[error("the one-shot run in the VM of project {project} did not finish: {reason}; qemu was stopped. Its output so far:\n{output}\nConsole (last lines of {}):\n{console}", log.display())]
+    Run {
+        project: String,
+        reason: String,
+        output: String,
         log: PathBuf,
         console: String,
     },

@@ -6,23 +6,21 @@
 //! `initramfs.img` and `init.bin` (the stripped strata binary), the
 //! control FIFOs `ctl.in`/`ctl.out` (qemu's `pipe` chardev, a virtio-serial
 //! port in the guest), `console.log` (the serial console), `qemu.log`
-//! (qemu's own stderr) and `endpoint.json` (0600: URL, token, pid).
+//! (qemu's own stderr) and `endpoint.json` (0600: URL, token, pid; a
+//! served boot's only), and `run/`, where a one-shot boot's files are
+//! stripped before they go into its initramfs ([`crate::oneshot`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::accel::{self, Accel};
-use crate::guest::{GUEST_PORT, INIT_ARG};
-use crate::initramfs;
-use crate::kernel::Kernel;
+use crate::accel::Accel;
+use crate::boot::{boot, CtlLines, Host};
 use crate::VmError;
 
 /// What to boot and where.
@@ -70,7 +68,7 @@ impl VmConfig {
         self.state_root.join(&self.project)
     }
 
-    fn disk_path(&self) -> PathBuf {
+    pub(crate) fn disk_path(&self) -> PathBuf {
         self.disk
             .clone()
             .unwrap_or_else(|| self.vm_dir().join("disk.img"))
@@ -114,7 +112,7 @@ pub struct VmStatus {
     pub disk: PathBuf,
 }
 
-fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VmError {
+pub(crate) fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> VmError {
     let path = path.to_path_buf();
     move |source| VmError::Io {
         action,
@@ -184,7 +182,7 @@ pub fn check_ext4(path: &Path) -> Result<(), VmError> {
 /// A sparse file of `mib` MiB made into ext4 by mkfs.ext4 (inode tables
 /// and journal written now, so the guest does not spend its CPU on lazy
 /// initialisation).
-fn create_disk(path: &Path, mib: u64) -> Result<(), VmError> {
+pub(crate) fn create_disk(path: &Path, mib: u64) -> Result<(), VmError> {
     let f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -226,7 +224,7 @@ fn create_disk(path: &Path, mib: u64) -> Result<(), VmError> {
 /// Hold the disk: flock(2) LOCK_EX|LOCK_NB on the image itself. The
 /// descriptor is inherited by qemu, so the lock lives exactly as long as
 /// the VM (flock locks belong to the open file description, flock(2)).
-fn lock_disk(cfg: &VmConfig, disk: &Path) -> Result<File, VmError> {
+pub(crate) fn lock_disk(cfg: &VmConfig, disk: &Path) -> Result<File, VmError> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -327,23 +325,28 @@ pub fn status(cfg: &VmConfig) -> Result<VmStatus, VmError> {
 /// are most of a debug build and would be unpacked into guest RAM);
 /// rebuilt when the binary is newer. Without `strip`, the binary as is.
 pub(crate) fn guest_binary(exe: &Path, dir: &Path) -> PathBuf {
-    let out = dir.join("init.bin");
+    stripped(exe, &dir.join("init.bin"))
+}
+
+/// `exe` stripped of its debug symbols into `out`, unless `out` is as new
+/// already; without `strip`, `exe` as is.
+pub(crate) fn stripped(exe: &Path, out: &Path) -> PathBuf {
     let newer = |a: &Path, b: &Path| {
         let m = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
         matches!((m(a), m(b)), (Some(x), Some(y)) if x >= y)
     };
-    if newer(&out, exe) {
-        return out;
+    if newer(out, exe) {
+        return out.to_path_buf();
     }
     let ok = Command::new("strip")
         .arg("-o")
-        .arg(&out)
+        .arg(out)
         .arg(exe)
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if ok {
-        out
+        out.to_path_buf()
     } else {
         exe.to_path_buf()
     }
@@ -352,118 +355,37 @@ pub(crate) fn guest_binary(exe: &Path, dir: &Path) -> PathBuf {
 /// Boot the project's VM and wait for its server; returns the endpoint
 /// and whether this call started it (false: it was running already).
 pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
-    validate_project(&cfg.project)?;
-    let qemu = find_qemu(&cfg.qemu)?;
-    let kernel = Kernel::find(
-        cfg.kernel.as_deref(),
-        cfg.modules.as_deref(),
-        &cfg.boot_dir,
-        &cfg.modules_root,
-    )?;
-    let modules = initramfs::resolve_modules(&kernel.modules)?;
+    let host = Host::find(cfg)?;
     let st = status(cfg)?;
     if let Some(ep) = st.endpoint {
         return Ok((ep, false));
     }
     let dir = cfg.vm_dir();
-    for d in [&cfg.state_root, &dir] {
-        fs::create_dir_all(d).map_err(io("create", d))?;
-        fs::set_permissions(d, fs::Permissions::from_mode(0o700)).map_err(io("chmod 700", d))?;
-    }
-    let disk = cfg.disk_path();
-    if !disk.exists() {
-        if cfg.disk.is_some() {
-            return Err(VmError::BadInput {
-                what: "--disk: no such disk image".into(),
-                path: disk,
-            });
-        }
-        create_disk(&disk, cfg.disk_mib)?;
-    }
-    check_ext4(&disk)?;
-    let lock = lock_disk(cfg, &disk)?;
-    let userland = crate::userland::Userland::of_host(Path::new("/"))?;
-    let initrd = dir.join("initramfs.img");
-    initramfs::build(&guest_binary(&cfg.exe, &dir), &modules, &userland, &initrd)?;
-    let verdict = accel::choose(
-        &qemu,
-        &kernel.image,
-        &initrd,
-        cfg.memory_mib,
-        &cfg.state_root.join("kvm-probe.json"),
-        true,
-    )
-    .expect("a verdict when a probe boot is allowed");
-    if verdict.accel == Accel::Tcg {
-        eprintln!(
-            "strata: warning: the VM of project {} runs under TCG (emulation, slow): {}",
-            cfg.project, verdict.reason
-        );
-    }
-    let port = free_port()?;
-    let (ctl_in, ctl_out) = (dir.join("ctl.in"), dir.join("ctl.out"));
-    for p in [&ctl_in, &ctl_out] {
-        let _ = fs::remove_file(p);
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            p.as_path(),
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o600),
-            0,
-        )
-        .map_err(|e| io("mkfifo", p)(e.into()))?;
-    }
-    let console = dir.join("console.log");
-    let qemu_log = dir.join("qemu.log");
-    for p in [&console, &qemu_log] {
-        File::create(p).map_err(io("create", p))?;
-        fs::set_permissions(p, fs::Permissions::from_mode(0o600)).map_err(io("chmod 600", p))?;
-    }
     let _ = fs::remove_file(dir.join("endpoint.json"));
-    // The lock's descriptor goes to qemu (see lock_disk): clear CLOEXEC.
-    rustix::io::fcntl_setfd(lock.as_fd(), rustix::io::FdFlags::empty())
-        .map_err(|e| io("pass the disk lock to qemu", &disk)(e.into()))?;
-    let log = File::options()
-        .append(true)
-        .open(&qemu_log)
-        .map_err(io("open", &qemu_log))?;
-    let log2 = log.try_clone().map_err(io("open", &qemu_log))?;
-    let started = Instant::now();
-    let mut cmd = Command::new(&qemu);
-    cmd.args(qemu_args(cfg, &kernel, &initrd, &disk, verdict.accel, port))
-        .args(userland.qemu_args())
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        // Its own process group: a Ctrl-C at the terminal that ran
-        // `strata vm start` does not reach the VM.
-        .process_group(0);
-    let child = cmd.spawn().map_err(io("run qemu", &qemu))?;
-    drop(lock);
-    let pid = child.id();
-    let ready = wait_ready(child, &ctl_out, cfg.ready_timeout);
-    let token = match ready {
+    let b = boot(cfg, &host, None)?;
+    let pid = b.child.id();
+    let token = match wait_ready(b.child, &b.ctl_out, cfg.ready_timeout) {
         Ok(t) => t,
         Err(reason) => {
             return Err(VmError::Boot {
                 project: cfg.project.clone(),
                 reason,
-                console: tail(&console, &qemu_log),
-                log: console,
+                console: tail(&b.console, &b.qemu_log),
+                log: b.console,
             })
         }
     };
     let ep = Endpoint {
         project: cfg.project.clone(),
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("http://127.0.0.1:{}", b.port),
         token,
         pid,
-        accel: verdict.accel,
-        accel_reason: verdict.reason,
-        boot_ms: started.elapsed().as_millis() as u64,
-        disk: fs::canonicalize(&disk).unwrap_or(disk),
-        kernel: kernel.image.clone(),
-        console,
+        accel: b.verdict.accel,
+        accel_reason: b.verdict.reason,
+        boot_ms: b.started.elapsed().as_millis() as u64,
+        disk: b.disk,
+        kernel: b.kernel,
+        console: b.console,
     };
     let path = dir.join("endpoint.json");
     let mut f = OpenOptions::new()
@@ -478,109 +400,24 @@ pub fn start(cfg: &VmConfig) -> Result<(Endpoint, bool), VmError> {
     Ok((ep, true))
 }
 
-fn qemu_args(
-    cfg: &VmConfig,
-    kernel: &Kernel,
-    initrd: &Path,
-    disk: &Path,
-    accel: Accel,
-    port: u16,
-) -> Vec<std::ffi::OsString> {
-    let dir = cfg.vm_dir();
-    let mut a: Vec<std::ffi::OsString> = Vec::new();
-    let mut push = |s: String| a.push(s.into());
-    push("-M".into());
-    push(crate::MACHINE.into());
-    push("-accel".into());
-    push(accel.as_str().into());
-    if accel == Accel::Kvm {
-        push("-cpu".into());
-        push("host".into());
-    }
-    for s in [
-        "-nodefaults",
-        "-no-user-config",
-        "-display",
-        "none",
-        "-no-reboot",
-    ] {
-        push(s.into());
-    }
-    push("-m".into());
-    push(cfg.memory_mib.to_string());
-    push("-kernel".into());
-    push(kernel.image.display().to_string());
-    push("-initrd".into());
-    push(initrd.display().to_string());
-    push("-append".into());
-    push(format!("console=ttyS0 panic=-1 quiet -- {INIT_ARG}"));
-    push("-serial".into());
-    push(format!("file:{}", dir.join("console.log").display()));
-    push("-drive".into());
-    push(format!(
-        "id=disk,file={},format=raw,if=none,cache=writeback",
-        disk.display()
-    ));
-    push("-device".into());
-    push("virtio-blk-pci,drive=disk".into());
-    // restrict=on: the guest has no route out (slirp only delivers the
-    // forwarded port); the forward listens on the host's loopback only.
-    push("-netdev".into());
-    push(format!(
-        "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{port}-10.0.2.15:{GUEST_PORT}"
-    ));
-    push("-device".into());
-    push("virtio-net-pci,netdev=net0".into());
-    push("-device".into());
-    push("virtio-serial-pci".into());
-    push("-chardev".into());
-    push(format!("pipe,id=ctl,path={}", dir.join("ctl").display()));
-    push("-device".into());
-    push(format!(
-        "virtserialport,chardev=ctl,name={}",
-        crate::guest::CTL_PORT_NAME
-    ));
-    // Entropy for the guest's getrandom(2) right after boot (the token).
-    push("-device".into());
-    push("virtio-rng-pci".into());
-    a
-}
-
-/// A port the kernel says is free on 127.0.0.1 now (qemu binds it a
-/// moment later; a lost race is a clear qemu error in the boot report).
-fn free_port() -> Result<u16, VmError> {
-    let l =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(io("bind", Path::new("127.0.0.1:0")))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(io("read the address of", Path::new("127.0.0.1:0")))
-}
-
 /// Read `ready TOKEN` (or `error: ...`) from the control channel. On any
 /// failure qemu is killed and reaped before returning.
 fn wait_ready(mut child: Child, ctl_out: &Path, timeout: Duration) -> Result<String, String> {
     let r = (|| {
-        let mut f = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(ctl_out)
-            .map_err(|e| format!("open {}: {e}", ctl_out.display()))?;
+        let mut lines = CtlLines::open(ctl_out)?;
         let deadline = Instant::now() + timeout;
-        let mut buf = Vec::new();
         loop {
-            let mut chunk = [0u8; 4096];
-            match f.read(&mut chunk) {
-                Ok(n) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-                _ => std::thread::sleep(Duration::from_millis(50)),
-            }
-            if let Some(end) = buf.iter().position(|&b| b == b'\n') {
-                let line = String::from_utf8_lossy(&buf[..end]).trim().to_string();
+            // Read before the channel is drained, so that a guest's last
+            // line (`error: ...` just before it powers off) is not lost.
+            let exited = child.try_wait().ok().flatten();
+            if let Some(line) = lines.next_line() {
+                let line = line.trim();
                 if let Some(t) = line.strip_prefix("ready ") {
                     return Ok(t.to_string());
                 }
-                return Err(line.strip_prefix("error: ").unwrap_or(&line).to_string());
+                return Err(line.strip_prefix("error: ").unwrap_or(line).to_string());
             }
-            if let Ok(Some(st)) = child.try_wait() {
+            if let Some(st) = exited {
                 return Err(format!("qemu exited ({st}) before the guest was ready"));
             }
             if Instant::now() > deadline {
@@ -596,7 +433,7 @@ fn wait_ready(mut child: Child, ctl_out: &Path, timeout: Duration) -> Result<Str
 }
 
 /// The last lines of the console and qemu's own log, for a boot report.
-fn tail(console: &Path, qemu_log: &Path) -> String {
+pub(crate) fn tail(console: &Path, qemu_log: &Path) -> String {
     let last = |p: &Path, n: usize| {
         let s = fs::read_to_string(p).unwrap_or_default();
         let lines: Vec<&str> = s.lines().collect();

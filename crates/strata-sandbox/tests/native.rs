@@ -1,170 +1,27 @@
 //! The native backend (B1–B10) with a fake daemon
 //! (`strata-sandbox-fake-daemon`): real namespaces, cgroups and processes.
 //! The contract checks are the shared suite in strata-testkit's `contract`
-//! (the docker backend runs the same one); this file is the native
-//! harness, its native-only checks (cgroups, the monitor, the state-root
-//! mask, a rootfs directory) and one test per contract function.
+//! (the docker backend runs the same one) through the native harness,
+//! strata-testkit's `native` (the one a project VM's guest runs too,
+//! docs/microvm.md); this file has one test per contract function and the
+//! native-only check of a rootfs directory.
 //! Needs root; without it every test FAILS with the reason.
 
-mod common;
-use common::require_root;
 use strata_testkit::contract;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use contract::{Edit, Harness};
-use strata_sandbox::{
-    Backend, Cgroup, CreateRequest, Limits, NativeBackend, SandboxId, SandboxInfo,
-};
+use contract::Harness;
+use strata_sandbox::Backend;
+use strata_testkit::native::Native;
 
 const FAKE: &str = env!("CARGO_BIN_EXE_strata-sandbox-fake-daemon");
 
 /// A state root and a Store of our own (under /var/tmp: a Sandbox has a
 /// private /tmp, so a state root there is refused).
-struct Env {
-    _root: tempfile::TempDir,
-    store: tempfile::TempDir,
-    backend: NativeBackend,
-}
-
-fn env() -> Env {
-    require_root();
-    let root = tempfile::tempdir_in("/var/tmp").expect("state root");
-    let store = tempfile::tempdir_in("/var/tmp").expect("store");
-    std::fs::write(store.path().join("seen-by-daemon"), "store content").unwrap();
-    let backend = NativeBackend::new(root.path()).expect("backend");
-    Env {
-        _root: root,
-        store,
-        backend,
-    }
-}
-
-fn host_mounts_mention(s: &str) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains(s))
-        .map(String::from)
-        .collect()
-}
-
-/// Run the fake daemon binary's backend subcommands from a fresh process.
-fn fake(args: &[&std::ffi::OsStr]) -> Result<String, String> {
-    let out = std::process::Command::new(FAKE)
-        .args(args)
-        .output()
-        .expect("run the fake daemon");
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-impl Harness for Env {
-    fn backend(&self) -> &dyn Backend {
-        &self.backend
-    }
-    fn suite(&self) -> &'static str {
-        "native"
-    }
-    fn store(&self) -> &Path {
-        self.store.path()
-    }
-    fn request(&self, name: Option<&str>) -> CreateRequest {
-        let mut req = CreateRequest::new(self.store.path());
-        req.name = name.map(String::from);
-        req.labels = BTreeMap::from([("suite".to_string(), "native".to_string())]);
-        req.daemon_exe = Some(FAKE.into());
-        // A limit, so that the Sandbox gets a cgroup and its removal is tested.
-        req.limits = Limits {
-            pids: Some(256),
-            ..Limits::default()
-        };
-        req
-    }
-    fn host_path(&self, _info: &SandboxInfo, inside: &Path) -> PathBuf {
-        // The state directory is bound at the same path inside and out.
-        inside.to_path_buf()
-    }
-    fn open_elsewhere(&self, id: &SandboxId) -> Result<SandboxInfo, String> {
-        let root = self.backend.state_root();
-        let out = fake(&["open".as_ref(), root.as_os_str(), id.as_str().as_ref()])?;
-        Ok(serde_json::from_str(&out).expect("SandboxInfo JSON"))
-    }
-    fn stop_elsewhere(&self, id: &SandboxId, grace: Duration) -> Result<(), String> {
-        let root = self.backend.state_root();
-        let ms = grace.as_millis().to_string();
-        fake(&[
-            "stop".as_ref(),
-            root.as_os_str(),
-            id.as_str().as_ref(),
-            ms.as_ref(),
-        ])
-        .map(drop)
-    }
-    fn launch_elsewhere(&self) -> Result<SandboxId, String> {
-        let root = self.backend.state_root();
-        let out = fake(&[
-            "launch".as_ref(),
-            root.as_os_str(),
-            self.store.path().as_os_str(),
-        ])?;
-        Ok(SandboxId(out.trim().to_string()))
-    }
-    fn extra_bad_requests(&self) -> Vec<(&'static str, Edit)> {
-        use strata_sandbox::Expose;
-        let expose =
-            |p: PathBuf| -> Edit { Box::new(move |r| r.expose = vec![Expose::writable(&p)]) };
-        let store = self.store.path().to_path_buf();
-        let state = self.backend.state_root().to_path_buf();
-        vec![
-            ("image", Box::new(|r| r.image = Some("alpine".into()))),
-            // Commands must never see a Store or strata's state, nor have
-            // the Sandbox's own /proc replaced.
-            ("overlaps the Store", expose(store.clone())),
-            ("overlaps the Store", expose(store.parent().unwrap().into())),
-            ("overlaps strata's Sandbox state", expose(state)),
-            ("own /tmp, /proc", expose("/proc/self".into())),
-            ("cannot be resolved", expose("/no/such/strata/path".into())),
-            ("without '..'", expose("/usr/../etc".into())),
-        ]
-    }
-    fn kill_daemon(&self, info: &SandboxInfo) {
-        let monitor: u32 = info
-            .handle
-            .as_deref()
-            .and_then(|h| h.parse().ok())
-            .unwrap_or_else(|| panic!("no monitor pid in {:?}", info.handle));
-        contract::kill9_daemon_below(monitor);
-    }
-    fn check_running(&self, info: &SandboxInfo, log: &str) {
-        // Commands find the state root masked: an empty directory, not
-        // even EACCES on the real one.
-        assert!(
-            log.contains("command_ls_state_root=exit=0 out=[]"),
-            "command view of the state root: {log}"
-        );
-        // The Sandbox's mounts are not the host's; its cgroup exists.
-        assert!(host_mounts_mention(info.id.as_str()).is_empty());
-        let cg = format!("strata-{}", info.id);
-        assert!(Cgroup::find(&cg).unwrap().is_some(), "no cgroup {cg}");
-    }
-    fn check_stopped(&self, info: &SandboxInfo) {
-        let cg = format!("strata-{}", info.id);
-        assert!(Cgroup::find(&cg).unwrap().is_none(), "cgroup {cg} left");
-        if let Some(pid) = &info.handle {
-            let alive = std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-                .map(|c| c.contains("__strata-init"))
-                .unwrap_or(false);
-            assert!(!alive, "monitor {pid} still running");
-        }
-    }
-    fn check_deleted(&self, info: &SandboxInfo) {
-        assert!(host_mounts_mention(info.id.as_str()).is_empty());
-    }
+fn env() -> Native {
+    Native::new(Path::new("/var/tmp"), Path::new(FAKE))
 }
 
 #[test]
@@ -245,7 +102,7 @@ fn delete_never_removes_through_a_host_mount() {
 #[test]
 fn a_rootfs_directory_gets_a_copy_of_the_daemon_and_the_state_directory() {
     let env = env();
-    let b = &env.backend;
+    let b = env.native();
     let rootfs = tempfile::tempdir_in("/var/tmp").unwrap();
     copy_libs(rootfs.path());
     let mut req = env.request(Some("rootfs"));

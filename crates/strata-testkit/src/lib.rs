@@ -5,6 +5,11 @@
 //!   one source that every backend's tests run through their own
 //!   [`contract::Harness`] (strata-sandbox's `tests/native.rs`,
 //!   strata-docker's `tests/docker.rs`).
+//! * [`native`]: the native backend's harness for that suite, one source
+//!   for strata-sandbox's `tests/native.rs` and this crate's binary
+//!   `strata-contract-native`, which runs the whole suite where it is
+//!   started (inside a project VM's guest, docs/microvm.md) and prints one
+//!   line per case.
 //! * [`docker`]: the docker tests' set-up (a Docker Engine, the static
 //!   binaries the containers run, a busybox image imported without a
 //!   registry), for strata-docker's and strata-sdk's docker tests.
@@ -22,3 +27,4 @@ pub mod cases;
 pub mod contract;
 pub mod docker;
 pub mod http;
+pub mod native;
