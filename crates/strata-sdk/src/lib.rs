@@ -65,6 +65,7 @@ mod records;
 pub mod remote;
 pub mod sandbox;
 mod sandbox_remote;
+mod sandbox_spec;
 mod store;
 mod workspace;
 pub mod workspaces;

@@ -19,7 +19,6 @@
 //! An earlier version of this module carried its own minimal launcher
 //! (`native_min`, see git history) while the backend was being built.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -37,6 +36,7 @@ use crate::exec::ExecHandle;
 use crate::remote::Remote;
 use crate::workspace::Workspace;
 
+pub use crate::sandbox_spec::{SandboxFilter, SandboxSpec, SandboxState};
 pub use strata_sandbox::backend::SandboxInfo;
 pub use strata_sandbox::{Expose, Limits, Network};
 
@@ -54,123 +54,6 @@ const STOPPING_WAIT: Duration = Duration::from_secs(10);
 /// than a first start, since the daemon reopens and mounts its Workspaces
 /// before it prints it.
 const RESTART_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What to create.
-#[derive(Debug, Clone)]
-pub struct SandboxSpec {
-    /// The Store the Sandbox's Workspaces come from (B2).
-    pub store: PathBuf,
-    /// Unique among existing Sandboxes; an existing name is refused
-    /// ([`Error::Busy`]), never adopted.
-    pub name: Option<String>,
-    /// Labels, for [`Sandbox::list`].
-    pub labels: BTreeMap<String, String>,
-    /// `None` (loopback only, the default) or `Host`.
-    pub network: Network,
-    /// Memory, pids and CPU limits (cgroups). Unset memory and pids get
-    /// the defaults (half of the host's RAM, 4,096 tasks) unless
-    /// `no_limits` is set.
-    pub limits: Limits,
-    /// No default limits: only what `limits` sets applies. A command can
-    /// then exhaust the host's memory or pids.
-    pub no_limits: bool,
-    /// A directory holding a root filesystem (e.g. an unpacked image) to
-    /// show commands, read-only, instead of the host's root. It must have
-    /// what the commands run (a missing program is
-    /// [`Error::ExecFailed`] with ENOENT).
-    pub rootfs: Option<PathBuf>,
-    /// A binary that calls [`crate::maybe_run_internal`] first in `main`
-    /// (the strata CLI). Default: the current executable.
-    pub daemon_exe: Option<PathBuf>,
-    /// State root (default: `/var/lib/strata/sandboxes` as root, else
-    /// `$XDG_STATE_HOME/strata/sandboxes`). Not under /tmp or /run.
-    pub state_dir: Option<PathBuf>,
-    /// How long to wait for the daemon's marker (default 10 s).
-    pub startup_timeout: Duration,
-    /// Through a server ([`crate::Client::create_sandbox`]): the project
-    /// whose branches the Sandbox mounts (required for a token scoped to
-    /// projects). Not used in-process.
-    pub project: Option<String>,
-    /// Run on the docker backend (strata-docker) with this image (a local
-    /// image, `NAME:TAG` or `NAME@sha256:…`, pinned to its ID at create)
-    /// instead of the native one. The daemon uploaded is `daemon_exe`, else
-    /// `$STRATA_STATIC_EXE`, else this program if it is statically linked
-    /// (everything this workspace builds is); `rootfs` and
-    /// `state_dir` do not apply (its state is under
-    /// `/var/lib/strata/docker`).
-    pub docker_image: Option<String>,
-    /// Host paths commands see at the same path, on top of the default
-    /// view (the host's system directories and /etc only, see
-    /// docs/security.md): read-only unless [`Expose::writable`]. Refused
-    /// when a path does not exist or overlaps the Store, strata's state or
-    /// host Workspaces' scratch and run directories; not supported by the
-    /// docker backend yet.
-    pub expose: Vec<Expose>,
-    /// Run in this project's microVM ([`crate::microvm`]), started if
-    /// needed: a native Sandbox inside the VM, reached through its server.
-    pub microvm: Option<crate::microvm::MicroVm>,
-}
-
-impl SandboxSpec {
-    /// A spec with defaults for everything but the Store.
-    pub fn new(store: impl Into<PathBuf>) -> Self {
-        SandboxSpec {
-            store: store.into(),
-            name: None,
-            labels: BTreeMap::new(),
-            network: Network::None,
-            limits: Limits::default(),
-            no_limits: false,
-            rootfs: None,
-            daemon_exe: None,
-            state_dir: None,
-            startup_timeout: Duration::from_secs(10),
-            docker_image: None,
-            expose: Vec::new(),
-            project: None,
-            microvm: None,
-        }
-    }
-    /// Show the host path `path` to commands, read-only (`writable`:
-    /// read-write), at the same path.
-    pub fn expose(mut self, path: impl Into<PathBuf>, writable: bool) -> Self {
-        self.expose.push(Expose {
-            path: path.into(),
-            writable,
-        });
-        self
-    }
-    /// Set the name.
-    pub fn name(mut self, n: impl Into<String>) -> Self {
-        self.name = Some(n.into());
-        self
-    }
-    /// Add a label.
-    pub fn label(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-        self.labels.insert(k.into(), v.into());
-        self
-    }
-}
-
-/// Which Sandboxes [`Sandbox::list`] returns.
-#[derive(Debug, Clone, Default)]
-pub struct SandboxFilter {
-    /// Every label must match.
-    pub labels: BTreeMap<String, String>,
-    /// Name prefix.
-    pub name_prefix: Option<String>,
-    /// State root (default as in [`SandboxSpec::state_dir`]).
-    pub state_dir: Option<PathBuf>,
-}
-
-/// Where a Sandbox is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxState {
-    /// The daemon answers.
-    Running,
-    /// The daemon is gone (stopped, crashed, or never got ready).
-    Stopped,
-}
 
 /// An open Sandbox. Dropping it leaves the Sandbox running (reopen it by
 /// ID); [`Sandbox::close`] ends it.
