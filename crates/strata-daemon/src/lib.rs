@@ -226,6 +226,11 @@ async fn serve(
     }
     tracing::info!("{marker}");
     redirect_stdio(&config.log_file);
+    // After the marker, so that ready is not later: the commands' mount
+    // namespace is built now, while the creator takes the marker and
+    // mounts a Workspace, rather than on the first exec's path.
+    let exe = state.helper_exe.clone();
+    tokio::task::spawn_blocking(move || warm_commands_namespace(&exe));
 
     let stop = {
         let mut rx = rx.clone();
@@ -288,6 +293,39 @@ async fn serve(
     let _ = std::fs::remove_file(&config.socket);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Start the exec helper once with nothing to run, so that it builds the
+/// Sandbox's commands' mount namespace (strata-sandbox
+/// `commands_namespace_command`). Not needed for correctness: on any
+/// failure, logged here, the first exec builds the namespace itself.
+fn warm_commands_namespace(exe: &Path) {
+    let run = || -> Result<(), String> {
+        let Some(mut helper) =
+            strata_sandbox::commands_namespace_command(exe).map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        helper
+            .command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let (mut child, report) = helper.spawn().map_err(|e| e.to_string())?;
+        let failure = report.read_blocking().map_err(|e| e.to_string());
+        let status = child.wait().map_err(|e| e.to_string())?;
+        match failure? {
+            Some(f) => Err(format!("{}: {}", f.stage, f.message)),
+            None if !status.success() => Err(format!("the helper ended with {status}")),
+            None => Ok(()),
+        }
+    };
+    match run() {
+        Ok(()) => tracing::debug!("commands' mount namespace ready"),
+        Err(e) => tracing::warn!(
+            "building the commands' mount namespace at start failed (the first exec builds it): {e}"
+        ),
+    }
 }
 
 /// After the marker, nothing more goes to the backend's stdout pipe:
