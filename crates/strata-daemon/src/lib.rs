@@ -162,6 +162,13 @@ async fn serve(
     store: strata_store::Store,
     helper_exe: PathBuf,
 ) -> Result<(), DaemonError> {
+    // The commands' mount namespace is built now, beside the rest of the
+    // start (on the other core, while this thread opens the socket and the
+    // creator waits for the marker), rather than on the first exec's path.
+    // Ready does not wait for it: an exec that comes first builds it, or
+    // waits for this build under the namespace's lock.
+    let exe = helper_exe.clone();
+    tokio::task::spawn_blocking(move || warm_commands_namespace(&exe));
     let unix = bind_unix(&config.socket)?;
     let tcp = match config.tcp_port {
         Some(port) => Some(
@@ -226,11 +233,6 @@ async fn serve(
     }
     tracing::info!("{marker}");
     redirect_stdio(&config.log_file);
-    // After the marker, so that ready is not later: the commands' mount
-    // namespace is built now, while the creator takes the marker and
-    // mounts a Workspace, rather than on the first exec's path.
-    let exe = state.helper_exe.clone();
-    tokio::task::spawn_blocking(move || warm_commands_namespace(&exe));
 
     let stop = {
         let mut rx = rx.clone();

@@ -18,7 +18,7 @@
 //! namespace's inode are recorded in [`RECORD`], on a small tmpfs in the
 //! daemon's /dev layer, which no command can see; every later exec opens
 //! `/proc/PID/ns/mnt`, checks the inode (a reused pid cannot pass) and
-//! calls `setns`. The daemon builds it right after its startup marker
+//! calls `setns`. The daemon builds it as it starts, beside its own start-up,
 //! through an exec helper that runs nothing (`internal::commands_namespace_command`),
 //! so that not even the first exec pays for it; should that fail, or lose a
 //! race with the first execs, the exec that finds no holder builds it as
