@@ -34,7 +34,11 @@
 //!   time) is alive and has written no report.
 //! * B9: SIGTERM to the monitor (forwarded by PID 1 to the daemon), SIGKILL
 //!   after the grace period (PID 1 dies of PR_SET_PDEATHSIG and the kernel
-//!   ends the PID namespace), then the cgroup goes. Delete removes the
+//!   ends the PID namespace), then the cgroup goes: removed here, once the
+//!   monitor is gone, because a monitor told to stop exits without moving
+//!   itself out of it (two cgroup v1 migrations, see `init::run_monitor`).
+//!   A monitor signalled by anyone else leaves the empty cgroup the same
+//!   way, to this `stop`, `delete` or `restart`. Delete removes the
 //!   state directory, after checking that no host mount is below it.
 
 use std::ffi::OsString;
