@@ -342,13 +342,15 @@ async fn flows(ctx: &Ctx, vms: &Vms, local: &Client, accel: &str) -> anyhow::Res
         let t = Instant::now();
         let calls = flow(&remote, &format!("fv{r}"))
             .await
-            .context("the flow in the VM")?;
+            .context("the flow in the VM")?
+            .len();
         let d = t.elapsed();
         anyhow::ensure!(calls == 15, "the flow in the VM made {calls} calls");
         let t = Instant::now();
         let calls = flow(local, &format!("fn{r}"))
             .await
-            .context("the native flow")?;
+            .context("the native flow")?
+            .len();
         let d2 = t.elapsed();
         anyhow::ensure!(calls == 15, "the native flow made {calls} calls");
         if r > 0 {

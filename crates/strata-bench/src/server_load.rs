@@ -29,66 +29,74 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The flow on `c` for project `p`; returns how many calls it made. Also
-/// the microvm group's (over a client of a VM's endpoint).
-pub(crate) async fn flow(c: &Client, p: &str) -> anyhow::Result<usize> {
-    let mut calls = 0;
-    let mut n = || calls += 1;
+/// The flow's calls, in order, with what each took.
+pub(crate) type Steps = Vec<(&'static str, Duration)>;
+
+/// The flow on `c` for project `p`; returns each call's name and time
+/// (so the number of calls is its length). Also the microvm group's (over
+/// a client of a VM's endpoint).
+pub(crate) async fn flow(c: &Client, p: &str) -> anyhow::Result<Steps> {
+    let mut steps = Steps::new();
+    let mut t = Instant::now();
+    let mut n = |name: &'static str| {
+        steps.push((name, t.elapsed()));
+        t = Instant::now();
+    };
     c.create_project(p, "flow").await?;
-    n();
+    n("create project");
     let agent = format!("{p}/agent");
     c.fork(&format!("{p}/main"), &agent).await?;
-    n();
+    n("fork");
     let spec = SandboxSpec::new(std::path::PathBuf::new())
         .label("strata-bench", std::process::id().to_string());
     let sb = c.create_sandbox(spec).await?;
-    n();
+    n("create Sandbox");
     let ws = sb.mount(&agent, None).await?;
-    n();
+    n("mount");
     let o = ws
         .exec(["sh", "-c", "echo written > out.txt"])
         .output()
         .await?;
     check(o.status.success(), || o.stderr_str())?;
-    n();
+    n("exec a write");
     let o = ws.exec(["cat", "out.txt"]).output().await?;
     check(o.stdout == b"written\n", || o.stdout_str())?;
-    n();
+    n("exec a read");
     let st = ws.status().await?;
     check(st.iter().any(|c| c.path == b"out.txt"), || {
         format!("{st:?}")
     })?;
-    n();
+    n("status");
     let CommitOutcome::Committed(commit) = ws.commit("flow").await? else {
         anyhow::bail!("flow: nothing committed");
     };
-    n();
+    n("commit");
     let o = ws
         .exec(["tr", "a-z", "A-Z"])
         .stdin_bytes("in\n")
         .output()
         .await?;
     check(o.stdout == b"IN\n", || o.stdout_str())?;
-    n();
+    n("exec with stdin");
     let mut h = ws.exec(["sleep", "1000"]).spawn().await?;
     check(h.cancel().await?.cancelled, || "not cancelled".into())?;
-    n();
+    n("spawn + cancel");
     let log = c.log(&agent, Some(2)).await?;
     check(log[0].id == commit, || format!("{:?}", log[0].id))?;
-    n();
+    n("log");
     let b = c.read_file(&agent, b"out.txt").await?;
     check(b == b"written\n", || {
         String::from_utf8_lossy(&b).into_owned()
     })?;
-    n();
+    n("read from the Store");
     ws.unmount(false).await?;
-    n();
+    n("unmount");
     sb.close().await?;
-    n();
+    n("close Sandbox");
     let l = c.branches(Some(p)).await?;
     check(l.len() == 2, || format!("{} branches", l.len()))?;
-    n();
-    Ok(calls)
+    n("branch list");
+    Ok(steps)
 }
 
 /// The rows; `server` is the bench's `strata serve` socket, `sb` its
@@ -109,19 +117,25 @@ pub fn rows(
         let runs = if ctx.quick { 3 } else { 5 };
         let (mut srv, mut inp) = (Vec::new(), Vec::new());
         for r in 0..=runs {
-            let (n, d) = time(|| rt.block_on(flow(&remote, &format!("fr{r}"))));
+            let (s, d) = time(|| rt.block_on(flow(&remote, &format!("fr{r}"))));
+            let s = s?;
             anyhow::ensure!(
-                n? == 15,
+                s.len() == 15,
                 "the flow through the server made other than 15 calls"
             );
-            let (n, d2) = time(|| rt.block_on(flow(&local, &format!("fl{r}"))));
-            anyhow::ensure!(n? == 15, "the in-process flow made other than 15 calls");
+            let (s2, d2) = time(|| rt.block_on(flow(&local, &format!("fl{r}"))));
+            let s2 = s2?;
+            anyhow::ensure!(
+                s2.len() == 15,
+                "the in-process flow made other than 15 calls"
+            );
             if r > 0 {
-                srv.push(ms(d));
-                inp.push(ms(d2));
+                srv.push((ms(d), s));
+                inp.push((ms(d2), s2));
             }
         }
-        let (a, b) = (median(srv), median(inp));
+        let total = |v: &[(f64, Steps)]| median(v.iter().map(|(d, _)| *d).collect());
+        let (a, b) = (total(&srv), total(&inp));
         rows.push(
             Row::new(
                 "server",
@@ -132,6 +146,22 @@ pub fn rows(
             .compare("in-process Client", b)
             .goal("< 50 ms", a < 50.0),
         );
+        // Where the flow's time goes: each call's median over the same
+        // runs (the medians need not add up to the total's).
+        let step =
+            |v: &[(f64, Steps)], i: usize| median(v.iter().map(|(_, s)| ms(s[i].1)).collect());
+        for (i, (name, _)) in srv[0].1.iter().enumerate() {
+            rows.push(
+                Row::new(
+                    "server",
+                    &format!("flow call {:>2}: {name}", i + 1),
+                    "ms",
+                    step(&srv, i),
+                )
+                .compare("in-process Client", step(&inp, i))
+                .note("(breakdown)"),
+            );
+        }
     }
     if ctx.wants("32 MiB file route through the relay") {
         let (rws, dws) = rt.block_on(async {

@@ -162,6 +162,13 @@ async fn serve(
     store: strata_store::Store,
     helper_exe: PathBuf,
 ) -> Result<(), DaemonError> {
+    // The commands' mount namespace is built now, beside the rest of the
+    // start (on the other core, while this thread opens the socket and the
+    // creator waits for the marker), rather than on the first exec's path.
+    // Ready does not wait for it: an exec that comes first builds it, or
+    // waits for this build under the namespace's lock.
+    let exe = helper_exe.clone();
+    tokio::task::spawn_blocking(move || warm_commands_namespace(&exe));
     let unix = bind_unix(&config.socket)?;
     let tcp = match config.tcp_port {
         Some(port) => Some(
@@ -288,6 +295,39 @@ async fn serve(
     let _ = std::fs::remove_file(&config.socket);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Start the exec helper once with nothing to run, so that it builds the
+/// Sandbox's commands' mount namespace (strata-sandbox
+/// `commands_namespace_command`). Not needed for correctness: on any
+/// failure, logged here, the first exec builds the namespace itself.
+fn warm_commands_namespace(exe: &Path) {
+    let run = || -> Result<(), String> {
+        let Some(mut helper) =
+            strata_sandbox::commands_namespace_command(exe).map_err(|e| e.to_string())?
+        else {
+            return Ok(());
+        };
+        helper
+            .command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let (mut child, report) = helper.spawn().map_err(|e| e.to_string())?;
+        let failure = report.read_blocking().map_err(|e| e.to_string());
+        let status = child.wait().map_err(|e| e.to_string())?;
+        match failure? {
+            Some(f) => Err(format!("{}: {}", f.stage, f.message)),
+            None if !status.success() => Err(format!("the helper ended with {status}")),
+            None => Ok(()),
+        }
+    };
+    match run() {
+        Ok(()) => tracing::debug!("commands' mount namespace ready"),
+        Err(e) => tracing::warn!(
+            "building the commands' mount namespace at start failed (the first exec builds it): {e}"
+        ),
+    }
 }
 
 /// After the marker, nothing more goes to the backend's stdout pipe:

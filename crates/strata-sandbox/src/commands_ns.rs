@@ -18,7 +18,12 @@
 //! namespace's inode are recorded in [`RECORD`], on a small tmpfs in the
 //! daemon's /dev layer, which no command can see; every later exec opens
 //! `/proc/PID/ns/mnt`, checks the inode (a reused pid cannot pass) and
-//! calls `setns`. Facts this relies on:
+//! calls `setns`. The daemon builds it as it starts, beside its own start-up,
+//! through an exec helper that runs nothing (`internal::commands_namespace_command`),
+//! so that not even the first exec pays for it; should that fail, or lose a
+//! race with the first execs, the exec that finds no holder builds it as
+//! described (one builder at a time, under the lock in [`enter`]). Facts
+//! this relies on:
 //!
 //! * `setns(fd, CLONE_NEWNS)` needs CAP_SYS_ADMIN and CAP_SYS_CHROOT and a
 //!   single-threaded caller (setns(2)); the exec helper is one, still root.

@@ -425,6 +425,13 @@ fn hide_dev_fuse() -> Result<(), ExecError> {
     Ok(())
 }
 
+/// [`hide_dev_fuse`] alone, for the exec helper's warm-up run
+/// (`internal::commands_namespace_command`): the commands' namespace is
+/// entered, built first if no exec has built it yet.
+pub(crate) fn enter_commands_namespace() -> Result<(), ExecError> {
+    hide_dev_fuse()
+}
+
 /// The commands' view, from the daemon's:
 ///
 /// * `unshare(CLONE_NEWNS)` copies the daemon's view;

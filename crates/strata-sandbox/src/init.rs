@@ -244,13 +244,23 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
     }
     let prepared = &prepared;
 
-    let report = monitor_inner(wire, prepared);
+    let (report, stop_requested) = monitor_inner(wire, prepared);
     drop(keep);
 
     // Cleanup: PID 1 is gone and with it every process of the PID
     // namespace (the kernel kills them when the namespace's init exits and
-    // waits for them before PID 1 is reaped), so the cgroup can go.
-    if let Some(cg) = cgroup {
+    // waits for them before PID 1 is reaped), so the cgroup can go. The
+    // monitor is still in it, though, and a cgroup v1 migration of itself
+    // out of it (one per hierarchy) takes `cgroup_threadgroup_rwsem` for
+    // writing and may wait for an RCU grace period: 0.4 ms each on a quiet
+    // host, tens of ms right after a namespace teardown under load
+    // (docs/benchmarks.md, "Where the flow's time goes"). So when the
+    // Sandbox was asked to stop (SIGTERM or SIGINT, forwarded below), the
+    // monitor leaves the cgroup by exiting, and whoever stops it removes
+    // the cgroup once the monitor is gone: the native backend's `stop`
+    // (then `delete`, `restart`) does, and no process is left in it to
+    // migrate. A Sandbox that ends by itself is cleaned up here, as before.
+    if let Some(cg) = cgroup.filter(|_| !stop_requested) {
         let cleaned = cg
             .move_to_parent(std::process::id())
             .and_then(|()| cg.clone().destroy(std::time::Duration::from_secs(2)));
@@ -261,7 +271,15 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
     finish(report)
 }
 
-fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
+/// The report, and whether a stop was requested (SIGTERM or SIGINT
+/// reached the monitor and was forwarded).
+fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> (Report, bool) {
+    let mut stop_requested = false;
+    let report = monitor_run(wire, prepared, &mut stop_requested);
+    (report, stop_requested)
+}
+
+fn monitor_run(wire: &InitWire, prepared: &PreparedExec, stop_requested: &mut bool) -> Report {
     // 2. Compile the filter here, before any fork, so that a policy error
     //    is reported plainly.
     let filter = match wire.run_as {
@@ -335,7 +353,10 @@ fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> Report {
                     return Report::Failed(os_failure("init", "waitpid(PID 1)", &e));
                 }
             },
-            Some(sig) => kill(pid1, sig),
+            Some(sig) => {
+                *stop_requested |= sig == libc::SIGTERM || sig == libc::SIGINT;
+                kill(pid1, sig)
+            }
         }
     };
 

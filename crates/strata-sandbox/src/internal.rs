@@ -38,7 +38,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-use crate::exec::{ExecSpec, Failure, Identity, Session};
+use crate::exec::{ExecSpec, Failure, Identity, Session, DEFAULT_GID, DEFAULT_UID};
 use crate::ns::{RunAs, SandboxConfig, SpawnError, SANDBOX_FAILURE_EXIT};
 use crate::rlimit::Rlimit;
 use crate::seccomp::Policy;
@@ -92,6 +92,11 @@ struct ExecWire {
     /// v1 hierarchy, one on v2) before anything else.
     #[serde(default)]
     join_cgroup: Vec<RawFd>,
+    /// Only join the commands' cgroup and enter (building it if need be)
+    /// the commands' mount namespace, then exit 0: no command, no drop of
+    /// privileges (see [`commands_namespace_command`]).
+    #[serde(default)]
+    prepare_only: bool,
 }
 
 /// The settings as separate items: `SETTINGS_JSON NAME=VALUE... -- ARGV...`.
@@ -444,6 +449,16 @@ fn run_exec_helper(fd: Option<&OsString>) -> i32 {
             });
         }
     }
+    // The daemon's warm-up (commands_namespace_command): the same two
+    // steps as every exec up to here and the commands' namespace, then an
+    // exit; nothing is executed and this process ends as root having run
+    // only our code.
+    if wire.prepare_only {
+        return match crate::exec::enter_commands_namespace() {
+            Ok(()) => 0,
+            Err(e) => report(Failure::from(&e)),
+        };
+    }
     let spec = ExecSpec {
         argv,
         env,
@@ -553,6 +568,38 @@ pub fn parse_report(bytes: &[u8]) -> Option<Failure> {
 /// handed over the commands' cgroup, the helper joins it first. The
 /// caller sets stdio and spawns; the helper must run as root.
 pub fn exec_helper_command(exe: &Path, spec: &ExecSpec) -> Result<HelperCommand, SpawnError> {
+    helper_command(exe, spec, false)
+}
+
+/// The exec helper as a Sandbox's daemon starts it once at start, so that
+/// its first exec finds the commands' mount namespace ([`crate::commands_ns`])
+/// already built instead of building it on the exec's path: the helper joins
+/// the commands' cgroup and enters that namespace exactly as an exec does
+/// (its holder is then in the commands' cgroup, as when an exec builds it),
+/// and exits 0 without running anything. A failure is reported on the
+/// pipe like an exec's; the next exec then builds the namespace itself.
+/// `None` where this process has no commands' namespace to prepare (not a
+/// Sandbox's daemon, or a Sandbox made before [`crate::commands_ns`]).
+pub fn commands_namespace_command(exe: &Path) -> Result<Option<HelperCommand>, SpawnError> {
+    if !Path::new(crate::commands_ns::NS_DIR).is_dir() {
+        return Ok(None);
+    }
+    let spec = ExecSpec {
+        argv: vec!["true".into()],
+        env: Vec::new(),
+        cwd: PathBuf::from("/"),
+        identity: Identity::new(DEFAULT_UID, DEFAULT_GID)?,
+        rlimits: Vec::new(),
+        session: Session::default(),
+    };
+    helper_command(exe, &spec, true).map(Some)
+}
+
+fn helper_command(
+    exe: &Path,
+    spec: &ExecSpec,
+    prepare_only: bool,
+) -> Result<HelperCommand, SpawnError> {
     spec.prepare()?;
     let join: Vec<RawFd> = match COMMANDS_CGROUP.get() {
         None => Vec::new(),
@@ -572,6 +619,7 @@ pub fn exec_helper_command(exe: &Path, spec: &ExecSpec) -> Result<HelperCommand,
         rlimits: spec.rlimits.clone(),
         report_fd: report_w.as_raw_fd(),
         join_cgroup: join.clone(),
+        prepare_only,
     };
     let json =
         serde_json::to_string(&wire).map_err(|source| crate::ns::SpawnError::Encode { source })?;

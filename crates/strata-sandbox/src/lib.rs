@@ -87,8 +87,8 @@ pub use exec::{
 };
 pub use heap::{fix_mmap_threshold, release_free_heap};
 pub use internal::{
-    exec_helper_command, maybe_run_internal, parse_report, HelperCommand, HelperReport, EXEC_ARG,
-    INIT_ARG,
+    commands_namespace_command, exec_helper_command, maybe_run_internal, parse_report,
+    HelperCommand, HelperReport, EXEC_ARG, INIT_ARG,
 };
 pub use mounts::{BindMount, MountError, RootFs};
 pub use native::NativeBackend;

@@ -34,7 +34,11 @@
 //!   time) is alive and has written no report.
 //! * B9: SIGTERM to the monitor (forwarded by PID 1 to the daemon), SIGKILL
 //!   after the grace period (PID 1 dies of PR_SET_PDEATHSIG and the kernel
-//!   ends the PID namespace), then the cgroup goes. Delete removes the
+//!   ends the PID namespace), then the cgroup goes: removed here, once the
+//!   monitor is gone, because a monitor told to stop exits without moving
+//!   itself out of it (two cgroup v1 migrations, see `init::run_monitor`).
+//!   A monitor signalled by anyone else leaves the empty cgroup the same
+//!   way, to this `stop`, `delete` or `restart`. Delete removes the
 //!   state directory, after checking that no host mount is below it.
 
 use std::ffi::OsString;
@@ -48,7 +52,7 @@ use crate::backend::marker::{marker_socket, wait_marker, Look, NotReady};
 use crate::backend::state::{
     delete_state_dir, invalid, lock_exclusive, lock_runs, mkdir_private, new_state_dir,
     now_unix_ms, read_record, state_err, tail, write_new_token, write_private, write_record,
-    RECORD,
+    write_record_unsynced, RECORD,
 };
 use crate::backend::validate::{refuse_token_in_args, valid_id};
 use crate::backend::{
@@ -234,18 +238,46 @@ fn signal(pid: u32, sig: rustix::process::Signal) {
     }
 }
 
-/// Poll until `m` is gone or `within` has passed; true if gone.
+/// Wait until `m` is gone or `within` has passed; true if gone. Woken by
+/// the monitor's end through a pidfd (pidfd_open(2): "readable when the
+/// process terminates", poll(2)) rather than a timer step, which left a
+/// stop up to 2 ms late; the /proc check stays the judge (a zombie or a
+/// reused pid counts as gone), and without a pidfd (a kernel before 5.3)
+/// it polls every 2 ms as before.
 fn wait_gone(m: ProcId, within: Duration) -> bool {
     let start = Instant::now();
+    let pidfd = rustix::process::Pid::from_raw(m.pid as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     loop {
         if !m.alive() {
             return true;
         }
-        if start.elapsed() >= within {
+        let left = within.saturating_sub(start.elapsed());
+        if left.is_zero() {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(2));
+        match &pidfd {
+            // Bounded steps all the same: a pidfd of a reused pid (not
+            // our monitor) never becomes readable for us.
+            Some(fd) => wait_readable(fd, left.min(Duration::from_millis(50))),
+            None => std::thread::sleep(Duration::from_millis(2)),
+        }
     }
+}
+
+/// poll(2) `fd` for POLLIN for at most `d`; how it ended does not matter
+/// (the caller checks the process itself).
+fn wait_readable(fd: &std::os::fd::OwnedFd, d: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = d.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd for the duration of the call; `fd` is open
+    // (borrowed from the caller).
+    unsafe { libc::poll(&mut p, 1, ms) };
 }
 
 /// How often start polls `daemon.out` for the marker. Short:
@@ -365,7 +397,9 @@ impl Backend for NativeBackend {
             // The bytes are in their 0600 file, not in the record.
             config: Vec::new(),
         });
-        write_record(&dir, &rec)
+        // Unsynced: start replaces it (its last record is synced); the
+        // config above is synced, restart after a power loss reads it.
+        write_record_unsynced(&dir, &rec)
     }
 
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
@@ -438,7 +472,7 @@ impl Backend for NativeBackend {
         rec.marker = None;
         rec.socket = None;
         rec.cgroup = None;
-        write_record(&dir, &rec)?;
+        write_record_unsynced(&dir, &rec)?;
         self.run_daemon(id, dir, rec, install, timeout)
     }
 
@@ -604,12 +638,14 @@ impl NativeBackend {
             })?;
         // Record the monitor at once, so that another process sees the
         // Sandbox as running (or stopped) and can stop it, even if this
-        // one dies while waiting for the marker.
+        // one dies while waiting for the marker. Those processes read the
+        // page cache, so no fsync: a power loss ends the monitor too, and
+        // the record written once the daemon is ready is synced.
         rec.monitor = Some(ProcId::of(child.id()).unwrap_or(ProcId {
             pid: child.id(),
             start_time: 0,
         }));
-        if let Err(e) = write_record(&dir, &rec) {
+        if let Err(e) = write_record_unsynced(&dir, &rec) {
             // Unrecorded, nobody could stop it later: end it now.
             let _ = child.signal(libc::SIGKILL);
             let _ = child.wait();

@@ -1,5 +1,6 @@
-//! The commands of a Sandbox share one mount namespace, built by the first
-//! exec and entered by every later one (strata-sandbox `commands_ns`;
+//! The commands of a Sandbox share one mount namespace, built once (by the
+//! daemon right after start, else by the first exec) and entered by every
+//! exec (strata-sandbox `commands_ns`;
 //! docs/benchmarks.md, "Exec path"). Checked from inside, as the
 //! command's uid: the namespace is one and the same across execs, even
 //! when the first execs race to build it; it lacks the daemon's /dev layer
@@ -22,6 +23,10 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let tmp = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let mut cases = common::Cases::new(&rt, tmp.path(), "commands-ns-test-run");
+    cases.run(
+        "the_daemon_builds_it_before_any_exec",
+        the_daemon_builds_it_before_any_exec,
+    );
     cases.run(
         "racing_first_execs_build_one_namespace",
         racing_first_execs_build_one_namespace,
@@ -47,8 +52,89 @@ async fn sandbox(dir: &std::path::Path, name: &str) -> (Store, Sandbox, Workspac
     .await
 }
 
-/// Eight execs started at once on a fresh Sandbox, before any has built
-/// the namespace: all run, all in the same namespace, and the ninth too.
+/// The processes below `pid` (children, their children, ...) with their
+/// parents, from /proc/N/stat (field 4, after the last ')').
+fn descendants_of(pid: u32) -> Vec<(u32, u32)> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|f| f.parse::<u32>().ok());
+        if let Some(pp) = ppid {
+            all.push((p, pp));
+        }
+    }
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut below = vec![pid];
+    while let Some(at) = below.pop() {
+        for &(p, pp) in all.iter().filter(|(_, pp)| *pp == at) {
+            out.push((p, pp));
+            below.push(p);
+        }
+    }
+    out
+}
+
+/// argv[1] of process `pid` (the role of strata's re-executed helpers).
+fn role(pid: u32) -> Vec<u8> {
+    let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    argv.split(|b| *b == 0)
+        .nth(1)
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default()
+}
+
+/// Right after create, with no exec run yet, the Sandbox already has the
+/// holder of the commands' namespace (a paused `__strata-exec` process
+/// whose parent is the Sandbox's PID 1, the helper that made it gone),
+/// built by the daemon after its marker; the first exec runs in exactly
+/// that namespace.
+async fn the_daemon_builds_it_before_any_exec(dir: &std::path::Path) {
+    let (_store, sb, ws) = sandbox(dir, "warm").await;
+    let monitor: u32 = sb
+        .info()
+        .handle
+        .as_deref()
+        .and_then(|h| h.parse().ok())
+        .unwrap_or_else(|| panic!("no monitor pid in {:?}", sb.info().handle));
+    let t0 = std::time::Instant::now();
+    let holders = loop {
+        let holders: Vec<u32> = descendants_of(monitor)
+            .into_iter()
+            .filter(|&(p, pp)| role(p) == b"__strata-exec" && role(pp) == b"__strata-init")
+            .map(|(p, _)| p)
+            .collect();
+        if !holders.is_empty() || t0.elapsed() > std::time::Duration::from_secs(10) {
+            break holders;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        holders.len(),
+        1,
+        "not one holder below monitor {monitor} before any exec: {holders:?}"
+    );
+    let ns = std::fs::read_link(format!("/proc/{}/ns/mnt", holders[0])).unwrap();
+    let seen = sh(&ws, "readlink /proc/self/ns/mnt").await;
+    assert_eq!(
+        seen.trim(),
+        ns.to_string_lossy(),
+        "the first exec is not in the namespace the daemon built"
+    );
+    ws.unmount(true).await.unwrap();
+    sb.close().await.unwrap();
+}
+
+/// Eight execs started at once on a fresh Sandbox, as soon as it is ready,
+/// racing the daemon's own build of the namespace after its marker and
+/// each other: all run, all in the same namespace, and the ninth too.
 async fn racing_first_execs_build_one_namespace(dir: &std::path::Path) {
     let (_store, sb, ws) = sandbox(dir, "race").await;
     let script = "id -u; readlink /proc/self/ns/mnt";
