@@ -52,7 +52,7 @@ use crate::backend::marker::{marker_socket, wait_marker, Look, NotReady};
 use crate::backend::state::{
     delete_state_dir, invalid, lock_exclusive, lock_runs, mkdir_private, new_state_dir,
     now_unix_ms, read_record, state_err, tail, write_new_token, write_private, write_record,
-    write_record_unsynced, RECORD,
+    RECORD,
 };
 use crate::backend::validate::{refuse_token_in_args, valid_id};
 use crate::backend::{
@@ -397,9 +397,7 @@ impl Backend for NativeBackend {
             // The bytes are in their 0600 file, not in the record.
             config: Vec::new(),
         });
-        // Unsynced: start replaces it (its last record is synced); the
-        // config above is synced, restart after a power loss reads it.
-        write_record_unsynced(&dir, &rec)
+        write_record(&dir, &rec)
     }
 
     fn start(&self, id: &SandboxId, timeout: Duration) -> Result<Started, BackendError> {
@@ -472,7 +470,7 @@ impl Backend for NativeBackend {
         rec.marker = None;
         rec.socket = None;
         rec.cgroup = None;
-        write_record_unsynced(&dir, &rec)?;
+        write_record(&dir, &rec)?;
         self.run_daemon(id, dir, rec, install, timeout)
     }
 
@@ -638,14 +636,12 @@ impl NativeBackend {
             })?;
         // Record the monitor at once, so that another process sees the
         // Sandbox as running (or stopped) and can stop it, even if this
-        // one dies while waiting for the marker. Those processes read the
-        // page cache, so no fsync: a power loss ends the monitor too, and
-        // the record written once the daemon is ready is synced.
+        // one dies while waiting for the marker.
         rec.monitor = Some(ProcId::of(child.id()).unwrap_or(ProcId {
             pid: child.id(),
             start_time: 0,
         }));
-        if let Err(e) = write_record_unsynced(&dir, &rec) {
+        if let Err(e) = write_record(&dir, &rec) {
             // Unrecorded, nobody could stop it later: end it now.
             let _ = child.signal(libc::SIGKILL);
             let _ = child.wait();

@@ -56,14 +56,6 @@ pub fn mkdir_private(p: &Path, recursive: bool) -> Result<(), BackendError> {
 /// a reader sees the old or the new file, never half of one; rename(2)
 /// replaces a symlink at `path` rather than following it.
 pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    write_private_as(path, bytes, true)
-}
-
-/// [`write_private`], with the file's data fsync'ed before the rename when
-/// `sync` (so that after a power loss the name holds the old bytes or all
-/// of the new, never a short file); without, the bytes are in the page
-/// cache, which is all other processes on the running host read.
-fn write_private_as(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = fs::OpenOptions::new()
@@ -71,10 +63,7 @@ fn write_private_as(path: &Path, bytes: &[u8], sync: bool) -> io::Result<()> {
         .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
-    f.write_all(bytes)?;
-    if sync {
-        f.sync_all()?;
-    }
+    f.write_all(bytes).and_then(|()| f.sync_all())?;
     fs::rename(&tmp, path)
 }
 
@@ -111,33 +100,13 @@ pub fn read_record<R: serde::de::DeserializeOwned>(dir: &Path) -> Result<R, Back
 
 /// Writes a backend's record atomically and privately (see [`read_record`]).
 pub fn write_record<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendError> {
-    record_as(dir, rec, true)
-}
-
-/// [`write_record`] without the fsync, for a record that the same create
-/// and start replaces within milliseconds, ending with a [`write_record`]
-/// (the native backend writes its record four times on the way to a
-/// running Sandbox, at create, install, the monitor's start and ready;
-/// the middle two go through here; each fsync costs about 1 ms, at worst
-/// 12 ms, on the shared machine of docs/benchmarks.md, "Where the flow's
-/// time goes").
-/// Other processes see it at once (the page cache); what a power loss
-/// costs is the record of a Sandbox cut off between create and ready, whose
-/// processes the power loss ended anyway: ext4 (`auto_da_alloc`) still
-/// writes a replaced file's data before the rename, elsewhere the record
-/// may read empty and the Sandbox is not listed.
-pub fn write_record_unsynced<R: Serialize>(dir: &Path, rec: &R) -> Result<(), BackendError> {
-    record_as(dir, rec, false)
-}
-
-fn record_as<R: Serialize>(dir: &Path, rec: &R, sync: bool) -> Result<(), BackendError> {
     let p = dir.join(RECORD);
     let bytes = serde_json::to_vec_pretty(rec).map_err(|e| BackendError::State {
         action: "encode the record",
         path: p.clone(),
         source: io::Error::new(io::ErrorKind::InvalidData, e),
     })?;
-    write_private_as(&p, &bytes, sync).map_err(state_err("write the record", &p))
+    write_private(&p, &bytes).map_err(state_err("write the record", &p))
 }
 
 /// Exclusive lock (`flock`) of one Sandbox's daemon runs (`<dir>/run.lock`), held by start and
