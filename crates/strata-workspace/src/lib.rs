@@ -20,6 +20,7 @@ mod open;
 mod ops;
 mod pool;
 mod ranges;
+mod serve;
 mod state;
 mod status;
 mod workspace;
