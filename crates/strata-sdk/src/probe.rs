@@ -112,6 +112,14 @@ pub fn facts(store: Option<&Path>) -> Vec<(String, String)> {
     );
 
     put("fuse_passthrough", passthrough(&kernel_release()));
+    // FUSE over io_uring (crates/strata-workspace/src/uring): whether the
+    // kernel lets a mount use it, and what a mount here would use.
+    let uring = strata_workspace::uring::probe();
+    put("fuse_io_uring", uring.to_string());
+    put(
+        "fuse_transport",
+        uring.transport_line(strata_workspace::Transport::from_env()),
+    );
     let store_dir = store.map(existing_ancestor);
     put(
         "store_fs",

@@ -36,6 +36,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct WsFs {
     pub shared: Arc<Shared>,
     pub want_passthrough: bool,
+    /// Ask for FUSE_OVER_IO_URING at FUSE_INIT (crate::uring serves the
+    /// requests then).
+    pub want_uring: bool,
     /// Set once the session exists: invalidates the kernel's attributes of
     /// a file changed behind its back (writes through a shared mmap).
     pub notifier: Arc<OnceLock<fuser::Notifier>>,
@@ -93,6 +96,19 @@ impl Filesystem for WsFs {
             if config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
                 pt = config.set_max_stack_depth(1).is_ok();
             }
+        }
+        if self.want_uring {
+            // Requests wait for the ring once this is on (fuse_block_alloc()),
+            // until every queue registered or a registration failed (which
+            // turns it off again, fuse_uring_cmd()). Writes are capped at
+            // 1 MiB so that each entry's payload buffer is 1 MiB: the
+            // kernel wants it at least max_write (fuse_uring_create()), and
+            // fuser's default of 16 MiB would make every entry that large.
+            let on = config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok();
+            let _ = config.set_max_write(crate::uring::MAX_WRITE as u32);
+            tracing::debug!("fuse init: io_uring offered={on}");
         }
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config
