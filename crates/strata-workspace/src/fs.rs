@@ -3,16 +3,16 @@
 //! handler of serve.rs (open.rs, dir.rs) and replies through fuser's
 //! `Reply*` type. FUSE_INIT, which negotiates the connection, is here.
 
-use crate::node::{now_ns, Data, NodeKind, UpperInfo};
+use crate::node::{now_ns, BackingRef, Data, NodeKind, UpperInfo};
 use crate::ops::NewOwner;
 use crate::serve::{Ctx, Later, SetAttr, Xattr};
 use crate::state::{State, R};
 use crate::workspace::Shared;
 use fuser::{
-    AccessFlags, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -259,11 +259,16 @@ impl Filesystem for WsFs {
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let mut later = Later::default();
         let r = self.op_open(Ctx::of(req), ino.0, flags.0, &mut later, &|f| {
-            reply.open_backing(f)
+            reply.open_backing(f).map(BackingRef::Fuser)
         });
         match r {
-            Ok(o) => match &o.backing {
-                Some(id) => reply.opened_passthrough(FileHandle(o.fh), o.flags, id),
+            Ok(o) => match o.backing.as_deref() {
+                Some(BackingRef::Fuser(id)) => {
+                    reply.opened_passthrough(FileHandle(o.fh), o.flags, id)
+                }
+                // Registered by the ring on a ring-served mount, whose
+                // opens all arrive through the ring (uring/mod.rs).
+                Some(BackingRef::Ring(_)) => reply.error(Errno::EIO),
                 None => reply.opened(FileHandle(o.fh), o.flags),
             },
             Err(e) => reply.error(e),
@@ -287,11 +292,12 @@ impl Filesystem for WsFs {
             name_bytes(name),
             mode,
             flags,
-            &|f| reply.open_backing(f),
+            &|f| reply.open_backing(f).map(BackingRef::Fuser),
         );
         match r {
-            Ok((a, o)) => match &o.backing {
-                Some(id) => reply.created_passthrough(
+            Ok((a, o)) => match o.backing.as_deref() {
+                Some(BackingRef::Ring(_)) => reply.error(Errno::EIO),
+                Some(BackingRef::Fuser(id)) => reply.created_passthrough(
                     &TTL,
                     &a,
                     Generation(0),

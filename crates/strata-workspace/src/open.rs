@@ -4,7 +4,7 @@
 
 use crate::fs::{new_file_data, WsFs};
 use crate::killpriv::{has_privs, may_keep_privs};
-use crate::node::{Backing, Data, NodeKind};
+use crate::node::{Backing, BackingRef, Data, NodeKind};
 use crate::ranges::TO_END;
 use crate::serve::{Ctx, Later};
 use crate::state::{Handle, State, R};
@@ -13,18 +13,18 @@ use std::sync::Arc;
 
 /// How a transport registers a file as a passthrough backing
 /// (FUSE_DEV_IOC_BACKING_OPEN on its /dev/fuse fd).
-pub(crate) type OpenBacking<'a> = &'a dyn Fn(&std::fs::File) -> std::io::Result<fuser::BackingId>;
+pub(crate) type OpenBacking<'a> = &'a dyn Fn(&std::fs::File) -> std::io::Result<BackingRef>;
 
 /// The answer to OPEN (and the open half of CREATE).
 pub(crate) struct Opened {
     pub fh: u64,
     pub flags: FopenFlags,
     /// Passthrough: the kernel reads and writes this backing itself.
-    pub backing: Option<Arc<fuser::BackingId>>,
+    pub backing: Option<Arc<BackingRef>>,
 }
 
 impl Opened {
-    fn new(fh: u64, backing: Option<Arc<fuser::BackingId>>) -> Opened {
+    fn new(fh: u64, backing: Option<Arc<BackingRef>>) -> Opened {
         let flags = match backing {
             Some(_) => FILE_OPEN,
             None => FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
@@ -49,7 +49,7 @@ impl WsFs {
         st: &mut State,
         ino: u64,
         write: bool,
-    ) -> R<(u64, Option<Arc<fuser::BackingId>>)> {
+    ) -> R<(u64, Option<Arc<BackingRef>>)> {
         let fh = st.new_fh(Handle::File { ino, write });
         st.node_mut(ino)?.opens += 1;
         if !st.passthrough {
@@ -94,7 +94,7 @@ impl WsFs {
         st: &mut State,
         ino: u64,
         open_backing: OpenBacking,
-    ) -> Option<Arc<fuser::BackingId>> {
+    ) -> Option<Arc<BackingRef>> {
         if !st.passthrough {
             return None;
         }

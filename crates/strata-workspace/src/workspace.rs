@@ -483,8 +483,8 @@ impl Workspace {
 
     /// Mount served over io_uring (crate::uring): FUSE_INIT, FORGET and
     /// INTERRUPT through fuser's session on the same fd, every other
-    /// request through the ring threads. Passthrough is off on such a
-    /// mount (uring/dispatch.rs says why).
+    /// request through the ring threads (which register passthrough
+    /// backings themselves, uring/backing.rs).
     fn mount_uring(&self, mountpoint: &Path, opts: &MountOptions) -> Result<MountHandle> {
         self.claim_mount()?;
         let unclaim = |e| {
@@ -506,7 +506,6 @@ impl Workspace {
         );
         let session_fs = WsFs {
             want_uring: true,
-            want_passthrough: false,
             ..session_fs
         };
         let umount = || {

@@ -106,6 +106,22 @@ fn requests_go_through_the_rings_and_unmount_ends_their_threads() {
         served.get()
     );
 
+    // A new file is opened with passthrough (the ring registers its
+    // backing): 1,000 writes of 4 KiB reach the kernel's backing file, not
+    // the daemon (served, each would be one WRITE through the ring).
+    let before_pt = served.get();
+    let mut nf = std::fs::File::create(f.p("pt.bin")).unwrap();
+    for i in 0..1000u32 {
+        nf.write_all(&[(i % 256) as u8; 4096]).unwrap();
+    }
+    drop(nf);
+    let pt_requests = served.get() - before_pt;
+    assert!(
+        pt_requests < 100,
+        "{pt_requests} requests for 1,000 passthrough writes: passthrough is not on over the ring"
+    );
+    assert_eq!(std::fs::metadata(f.p("pt.bin")).unwrap().len(), 4_096_000);
+
     h.unmount().expect("unmount");
     assert_eq!(ring_threads(), before, "a ring thread outlived the unmount");
     ws.commit("over io_uring").expect("commit");
@@ -114,4 +130,9 @@ fn requests_go_through_the_rings_and_unmount_ends_their_threads() {
     assert!(f.bytes(b"d/moved.bin") == want, "committed bytes differ");
     assert!(f.entry(b"todelete").is_none());
     assert!(f.entry(b"d/h").is_none());
+    let pt = f.bytes(b"pt.bin");
+    assert!(pt
+        .chunks(4096)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|b| *b == (i % 256) as u8)));
 }

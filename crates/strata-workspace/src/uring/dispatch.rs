@@ -11,10 +11,15 @@
 //! (fuse_uring_copy_from_ring()).
 
 use super::abi::*;
+use super::backing::RingBacking;
 use crate::fs::{WsFs, TTL};
+use crate::node::BackingRef;
+use crate::open::Opened;
 use crate::serve::{Ctx, Later, SetAttr, Xattr};
 use crate::state::R;
 use fuser::{Errno, RenameFlags, TimeOrNow, WriteFlags};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 /// Requests fuser's session answers even for a caller its ACL refuses
 /// (the kernel may send them without the caller's ids): the same list as
@@ -30,8 +35,10 @@ fn acl_exempt(opcode: u32) -> bool {
 /// bytes the kernel wrote to the payload buffer, `max` the payload
 /// buffer's size (no reply may be longer). Returns the reply's payload or
 /// the errno.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn serve(
     fs: &WsFs,
+    dev: &Arc<OwnedFd>,
     acl_owner: Option<u32>,
     h: &InHeader,
     op_in: &[u8],
@@ -52,6 +59,7 @@ pub(super) fn serve(
     let mut names = cstrs(payload);
     let mut name = || names.next().ok_or(eio);
     let mut w = Wr::default();
+    let open_backing = |f: &std::fs::File| RingBacking::open(dev, f).map(BackingRef::Ring);
     match h.opcode {
         LOOKUP => {
             let a = fs.op_lookup(ino, name()?)?;
@@ -124,13 +132,15 @@ pub(super) fn serve(
         }
         OPEN => {
             let flags = a.u32_at(0).ok_or(eio)? as i32;
-            let o = fs.op_open(ctx, ino, flags, later, &no_backing)?;
-            w.open_out(o.fh, o.flags.bits(), 0);
+            let o = fs.op_open(ctx, ino, flags, later, &open_backing)?;
+            let (flags, id) = open_flags(&o)?;
+            w.open_out(o.fh, flags, id);
         }
         CREATE => {
             let (flags, mode) = (a.u32_at(0).ok_or(eio)? as i32, a.u32_at(4).ok_or(eio)?);
-            let (attr, o) = fs.op_create(ctx, ino, name()?, mode, flags, &no_backing)?;
-            w.entry(&attr, TTL).open_out(o.fh, o.flags.bits(), 0);
+            let (attr, o) = fs.op_create(ctx, ino, name()?, mode, flags, &open_backing)?;
+            let (flags, id) = open_flags(&o)?;
+            w.entry(&attr, TTL).open_out(o.fh, flags, id);
         }
         READ => {
             let (off, size) = (a.u64_at(8).ok_or(eio)?, a.u32_at(16).ok_or(eio)?);
@@ -230,9 +240,17 @@ pub(super) fn serve(
     Ok(w.buf)
 }
 
-/// Passthrough is off on a ring-served mount (fuser's `BackingId`, which
-/// the Workspace keeps per inode, can only be made through a fuser reply;
-/// ARCHITECTURE.md), so this is never called; it refuses if it were.
-fn no_backing(_: &std::fs::File) -> std::io::Result<fuser::BackingId> {
-    Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+/// fuse_open_out's open_flags and backing_id: with a backing, the id and
+/// FOPEN_PASSTHROUGH (as fuser's opened_passthrough() sends them).
+fn open_flags(o: &Opened) -> R<(u32, i32)> {
+    match o.backing.as_deref() {
+        None => Ok((o.flags.bits(), 0)),
+        Some(BackingRef::Ring(b)) => Ok((
+            (o.flags | fuser::FopenFlags::FOPEN_PASSTHROUGH).bits(),
+            b.id() as i32,
+        )),
+        // Made through a fuser reply: its id is fuser's secret. Every open
+        // of a ring-served mount comes through the ring, so none exists.
+        Some(BackingRef::Fuser(_)) => Err(Errno::EIO),
+    }
 }

@@ -13,10 +13,12 @@
 //! asked for FUSE_OVER_IO_URING.
 
 mod abi;
+mod backing;
 mod dispatch;
 pub(crate) mod mount;
 mod ring;
 
+pub(crate) use backing::RingBacking;
 pub(crate) use ring::RingSet;
 pub use ring::UringError;
 

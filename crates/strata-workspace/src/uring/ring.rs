@@ -109,7 +109,7 @@ pub(crate) fn start(
             .spawn(move || {
                 let q = Queue {
                     fs,
-                    dev,
+                    dev: Arc::new(dev),
                     qid,
                     payload,
                     acl_owner,
@@ -164,7 +164,9 @@ struct Entry {
 
 struct Queue {
     fs: Arc<WsFs>,
-    dev: OwnedFd,
+    /// Shared with the ring's passthrough backings (uring/backing.rs),
+    /// which close their ids through it while it is open.
+    dev: Arc<OwnedFd>,
     qid: u16,
     payload: usize,
     acl_owner: Option<u32>,
@@ -369,6 +371,7 @@ impl Queue {
                 let op_in = &header[abi::IN_OUT_SZ..abi::ENT_IN_OUT_OFF];
                 let r = dispatch::serve(
                     &self.fs,
+                    &self.dev,
                     self.acl_owner,
                     &h,
                     op_in,
