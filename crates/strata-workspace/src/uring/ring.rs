@@ -415,10 +415,6 @@ impl Entry {
     }
 }
 
-// SAFETY: the raw pointers are buffers owned by this entry alone; the
-// entry moves to its ring thread once, before any use.
-unsafe impl Send for Entry {}
-
 /// IORING_OP_URING_CMD FUSE_IO_URING_CMD_REGISTER: sqe->addr points at
 /// two iovecs (header, payload) and sqe->len must be 2
 /// (fuse_uring_get_iovec_from_sqe()).
