@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run fsx (crates.io 0.3.2) against a fresh Workspace mount: at least
-# 100,000 seeded operations per mode (FUSE passthrough and daemon I/O),
-# then commit the result (the commit must succeed).
+# 100,000 seeded operations per mode (FUSE passthrough and daemon I/O over
+# /dev/fuse; `uring` and `uring-daemon`: the same two over FUSE io_uring,
+# which must really serve requests through its rings), then commit the
+# result (the commit must succeed).
 #
 # Needs: root, /dev/fuse, `cargo install --locked fsx --version 0.3.2`.
 # Env: FSX_OPS (default 100000), FSX_SEED (default 20261130),
-#      FSX_MODES (default "passthrough daemon").
+#      FSX_MODES (default "passthrough daemon"; also "uring uring-daemon").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OPS=${FSX_OPS:-100000}
@@ -29,7 +31,10 @@ for MODE in $MODES; do
     WORK=$(mktemp -d /tmp/strata-fsx.XXXXXX)
     mkdir "$WORK/mnt"
     ARGS=(--allow-other --commit-on-exit "fsx $MODE")
-    [ "$MODE" = daemon ] && ARGS+=(--no-passthrough)
+    [ "$MODE" = daemon ] && ARGS+=(--no-passthrough --transport dev-fuse)
+    [ "$MODE" = passthrough ] && ARGS+=(--transport dev-fuse)
+    [ "$MODE" = uring ] && ARGS+=(--transport uring)
+    [ "$MODE" = uring-daemon ] && ARGS+=(--no-passthrough --transport uring)
     "$BIN" "$WORK/store" fsx/main "$WORK/mnt" "${ARGS[@]}" >"$WORK/mount.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 200); do
@@ -73,6 +78,15 @@ TOML
         FAILED=1
     fi
     cat "$WORK/mount.log"
+    if [ "${MODE#uring}" != "$MODE" ]; then
+        SERVED=$(sed -n 's/^ring-served requests: //p' "$WORK/mount.log")
+        if [ "${SERVED:-0}" -gt 0 ]; then
+            echo "fsx ($MODE): $SERVED requests served through the io_uring rings"
+        else
+            echo "fsx ($MODE): FAILED: no request went through the io_uring rings"
+            FAILED=1
+        fi
+    fi
     [ "${KEEP:-0}" = 1 ] || rm -rf "$WORK"
 done
 exit "$FAILED"

@@ -5,8 +5,10 @@
 #
 # Needs: root, /dev/fuse, `cargo install --locked pjdfstest --version 0.2.2`
 # (build needs libacl1-dev). Creates the `tests` user pjdfstest switches to.
-# Env: PASSTHROUGH=0 to serve without FUSE passthrough; KEEP=1 keeps the
-# work directory.
+# Env: PASSTHROUGH=0 to serve without FUSE passthrough; TRANSPORT=uring to
+# serve over FUSE io_uring (crates/strata-workspace/src/uring; fails if the
+# kernel refuses it, and fails unless requests really went through the
+# ring); KEEP=1 keeps the work directory.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 EXPECTED=$ROOT/crates/strata-workspace/tests/pjdfstest-expected-failures.txt
@@ -30,6 +32,8 @@ chmod 755 "$WORK"
 mkdir "$WORK/mnt"
 ARGS=(--allow-other)
 [ "${PASSTHROUGH:-1}" = 0 ] && ARGS+=(--no-passthrough)
+TRANSPORT=${TRANSPORT:-dev-fuse}
+ARGS+=(--transport "$TRANSPORT")
 "$BIN" "$WORK/store" pjdfstest/main "$WORK/mnt" "${ARGS[@]}" >"$WORK/mount.log" 2>&1 &
 SERVER=$!
 cleanup() {
@@ -71,7 +75,17 @@ RESULTS=$(grep -E '^[a-z_0-9]+::[A-Za-z_0-9:]+ +(ok|FAILED|skipped.*)$' "$WORK/o
 PASS=$(grep -cE ' ok$' <<<"$RESULTS" || true)
 FAIL=$(grep -cE ' FAILED$' <<<"$RESULTS" || true)
 SKIP=$(grep -cE ' skipped' <<<"$RESULTS" || true)
-echo "pjdfstest: $PASS passed, $FAIL failed, $SKIP skipped (exit $RC, passthrough=${PASSTHROUGH:-1})"
+echo "pjdfstest: $PASS passed, $FAIL failed, $SKIP skipped (exit $RC, passthrough=${PASSTHROUGH:-1}, transport=$TRANSPORT)"
+grep -q "^transport: io_uring" "$WORK/mount.log" && [ "$TRANSPORT" != uring ] &&
+    die "the mount used io_uring, which was not asked for"
+if [ "$TRANSPORT" = uring ]; then
+    grep -q "^transport: io_uring" "$WORK/mount.log" || { cat "$WORK/mount.log"; die "TRANSPORT=uring but the mount does not use io_uring"; }
+    umount "$WORK/mnt"
+    wait "$SERVER" || { cat "$WORK/mount.log"; die "the Workspace server failed"; }
+    SERVED=$(sed -n 's/^ring-served requests: //p' "$WORK/mount.log")
+    echo "pjdfstest: $SERVED requests served through the io_uring rings"
+    [ "${SERVED:-0}" -gt 0 ] || die "no request went through the io_uring rings"
+fi
 grep '^Summary' "$WORK/out.txt" || true
 
 # Failures not listed in the expected file fail the run; each listed line is

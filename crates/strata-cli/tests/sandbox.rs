@@ -218,8 +218,16 @@ fn probe_prints_key_value_lines_and_json() {
         "tmp_fs",
         "allow_other_mount",
         "privilege_split",
+        "fuse_io_uring",
+        "fuse_transport",
+        "fuse_io_uring_live",
     ] {
         assert!(keys.contains(&k), "no {k} in:\n{text}");
+    }
+    // Where FUSE io_uring is usable (CI turns it on), the live check
+    // registered the rings and served requests through them.
+    if text.contains("\nfuse_io_uring=usable") {
+        assert!(text.contains("\nfuse_io_uring_live=registered: "), "{text}");
     }
     assert!(text.contains("euid=0\n"), "{text}");
     // The live check ran (root, /dev/fuse) and the split holds.
@@ -232,6 +240,7 @@ fn probe_prints_key_value_lines_and_json() {
     assert!(text.contains("\nfuse_passthrough=on"), "{text}");
     let skipped = String::from_utf8(sb.ok(&["probe", "--no-self-check"])).unwrap();
     assert!(!skipped.contains("privilege_split"), "{skipped}");
+    assert!(!skipped.contains("fuse_io_uring_live"), "{skipped}");
     let j = sb.json(&["probe"]);
     assert_eq!(j["euid"], "0", "{j}");
     assert_eq!(j["dev_fuse"], "present", "{j}");

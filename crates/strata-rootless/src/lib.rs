@@ -457,6 +457,9 @@ pub fn mount_options(uid: u32, gid: u32) -> MountOptions {
         id_mapping: IdMapping::SingleUser { uid, gid },
         threads: 2,
         fsname: "strata".into(),
+        // serve_fd (this mode) always reads /dev/fuse: the io_uring
+        // transport mounts by itself (crates/strata-workspace/src/uring).
+        transport: strata_workspace::Transport::DevFuse,
     }
 }
 

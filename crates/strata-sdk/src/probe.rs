@@ -112,6 +112,14 @@ pub fn facts(store: Option<&Path>) -> Vec<(String, String)> {
     );
 
     put("fuse_passthrough", passthrough(&kernel_release()));
+    // FUSE over io_uring (crates/strata-workspace/src/uring): whether the
+    // kernel lets a mount use it, and what a mount here would use.
+    let uring = strata_workspace::uring::probe();
+    put("fuse_io_uring", uring.to_string());
+    put(
+        "fuse_transport",
+        uring.transport_line(strata_workspace::Transport::from_env()),
+    );
     let store_dir = store.map(existing_ancestor);
     put(
         "store_fs",
@@ -222,10 +230,17 @@ pub async fn self_check() -> Vec<(String, String)> {
     if !Path::new("/dev/fuse").exists() {
         return not_checked("no /dev/fuse");
     }
+    let uring = (
+        "fuse_io_uring_live".to_string(),
+        tokio::task::spawn_blocking(uring_live)
+            .await
+            .unwrap_or_else(|e| format!("failed: the check panicked ({e})")),
+    );
     match live_check().await {
         Ok((mount, split)) => vec![
             ("allow_other_mount".into(), mount),
             ("privilege_split".into(), split),
+            uring,
         ],
         Err(e) => vec![
             (
@@ -239,7 +254,64 @@ pub async fn self_check() -> Vec<(String, String)> {
                 "privilege_split".into(),
                 "not checked: no Sandbox could be started".into(),
             ),
+            uring,
         ],
+    }
+}
+
+/// FUSE over io_uring for real: a throwaway Workspace mounted with the
+/// io_uring transport (the kernel accepts or refuses the queues'
+/// registration only on a live connection), one file written and read
+/// back through it, and the count of requests its rings served.
+fn uring_live() -> String {
+    use strata_workspace::{MountOptions, Transport, Workspace, WorkspaceOptions};
+    let p = strata_workspace::uring::probe();
+    if let Some(why) = &p.unusable {
+        return format!("not checked: {why}");
+    }
+    let run = || -> Result<u64, String> {
+        let tmp = tempfile::Builder::new()
+            .prefix("strata-probe-uring-")
+            .tempdir_in("/var/tmp")
+            .map_err(|x| format!("temporary directory: {x}"))?;
+        let sopts = strata_store::StoreOptions::default();
+        let store = strata_store::Store::create(&tmp.path().join("store"), &sopts)
+            .map_err(|x| format!("create a Store: {x}"))?;
+        store
+            .create_project("probe", "strata probe")
+            .map_err(|x| format!("create a project: {x}"))?;
+        let ws = Workspace::create(
+            &store,
+            "probe/main",
+            &tmp.path().join("scratch"),
+            &WorkspaceOptions::default(),
+        )
+        .map_err(|x| format!("create a Workspace: {x}"))?;
+        let mnt = tmp.path().join("mnt");
+        std::fs::create_dir(&mnt).map_err(|x| format!("mkdir: {x}"))?;
+        let opts = MountOptions {
+            transport: Transport::IoUring,
+            ..Default::default()
+        };
+        let h = ws.mount(&mnt, &opts).map_err(|x| format!("mount: {x}"))?;
+        let served = h.ring_requests();
+        let io = std::fs::write(mnt.join("probe"), b"io_uring\n")
+            .and_then(|()| std::fs::read(mnt.join("probe")));
+        h.unmount().map_err(|x| format!("unmount: {x}"))?;
+        match io {
+            Ok(b) if b == b"io_uring\n" => {}
+            Ok(_) => return Err("a file read back differs from what was written".into()),
+            Err(x) => return Err(format!("write and read a file: {x}")),
+        }
+        Ok(served.map_or(0, |c| c.get()))
+    };
+    match run() {
+        Ok(0) => "failed: the mount served no request through its rings".into(),
+        Ok(n) => format!(
+            "registered: {} queues; a file written and read back, {n} requests through the rings",
+            p.queues
+        ),
+        Err(why) => format!("failed: {why}"),
     }
 }
 
@@ -251,6 +323,10 @@ pub fn not_checked(why: &str) -> Vec<(String, String)> {
             format!("not checked: {why}"),
         ),
         ("privilege_split".to_string(), format!("not checked: {why}")),
+        (
+            "fuse_io_uring_live".to_string(),
+            format!("not checked: {why}"),
+        ),
     ]
 }
 

@@ -79,6 +79,11 @@ pub struct MountOptions {
     pub threads: usize,
     /// Source name shown in /proc/self/mounts.
     pub fsname: String,
+    /// How requests travel: /dev/fuse reads (fuser's session threads) or
+    /// FUSE over io_uring (crate::uring). Default: from the
+    /// `STRATA_FUSE_TRANSPORT` environment variable
+    /// ([`crate::Transport::from_env`]), else /dev/fuse.
+    pub transport: crate::Transport,
 }
 
 impl Default for MountOptions {
@@ -90,6 +95,7 @@ impl Default for MountOptions {
             id_mapping: IdMapping::Identity,
             threads: 4,
             fsname: "strata".to_string(),
+            transport: crate::Transport::from_env(),
         }
     }
 }

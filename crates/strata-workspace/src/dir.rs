@@ -1,56 +1,50 @@
 //! Directory listing handlers: opendir snapshots the listing into a
 //! handle; readdir and readdirplus page through it.
 
-use crate::fs::{WsFs, TTL};
-use crate::state::Handle;
-use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyOpen,
-};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use crate::state::{Handle, R};
+use fuser::{Errno, FileAttr, FileType, FopenFlags};
 
-impl WsFs {
-    pub(crate) fn do_opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+/// Adds one READDIR entry (ino, next offset, kind, name) to the reply;
+/// true when the reply is full and the entry was not added.
+pub(crate) type AddEntry<'a> = &'a mut dyn FnMut(u64, u64, FileType, &[u8]) -> bool;
+/// Adds one READDIRPLUS entry (ino, next offset, name, attributes); true
+/// when full.
+pub(crate) type AddEntryPlus<'a> = &'a mut dyn FnMut(u64, u64, &[u8], &FileAttr) -> bool;
+
+impl crate::fs::WsFs {
+    /// OPENDIR: the listing is snapshotted into the handle.
+    pub(crate) fn op_opendir(&self, ino: u64) -> R<(u64, FopenFlags)> {
         let mut st = self.st();
-        let r = (|| {
-            let parent = st.node(ino.0)?.parent();
-            let mut entries = vec![
-                (ino.0, fuser::FileType::Directory, b".".to_vec()),
-                (parent, fuser::FileType::Directory, b"..".to_vec()),
-            ];
-            entries.extend(st.read_dir(ino.0)?);
-            Ok(st.new_fh(Handle::Dir { entries }))
-        })();
-        match r {
-            // The kernel keeps the listing in its readdir cache
-            // (FOPEN_CACHE_DIR) across opens (FOPEN_KEEP_CACHE) and drops it
-            // when the directory changes through this mount (its version
-            // and mtime move, fuse_dir_changed()), which is every change.
-            Ok(fh) => reply.opened(
-                FileHandle(fh),
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(e),
-        }
+        let parent = st.node(ino)?.parent();
+        let mut entries = vec![
+            (ino, FileType::Directory, b".".to_vec()),
+            (parent, FileType::Directory, b"..".to_vec()),
+        ];
+        entries.extend(st.read_dir(ino)?);
+        let fh = st.new_fh(Handle::Dir { entries });
+        // The kernel keeps the listing in its readdir cache
+        // (FOPEN_CACHE_DIR) across opens (FOPEN_KEEP_CACHE) and drops it
+        // when the directory changes through this mount (its version
+        // and mtime move, fuse_dir_changed()), which is every change.
+        Ok((
+            fh,
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE,
+        ))
     }
 
-    pub(crate) fn do_readdir(&self, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    /// READDIR from `offset`: `add(ino, next offset, kind, name)` for each
+    /// entry until it returns true (the transport's buffer is full).
+    pub(crate) fn op_readdir(&self, fh: u64, offset: u64, add: AddEntry) -> R<()> {
         let st = self.st();
-        let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
+        let Some(Handle::Dir { entries }) = st.handles.get(&fh) else {
+            return Err(Errno::EBADF);
         };
         for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(*ino),
-                (i + 1) as u64,
-                *kind,
-                OsStr::from_bytes(name),
-            ) {
+            if add(*ino, (i + 1) as u64, *kind, name) {
                 break;
             }
         }
-        reply.ok();
+        Ok(())
     }
 
     /// READDIR plus LOOKUP in one reply (FUSE_DO_READDIRPLUS with
@@ -59,22 +53,23 @@ impl WsFs {
     /// `rm -rf`). Each entry returned with a node id counts as one lookup
     /// for the kernel (fuse_direntplus_link(); "." and ".." excepted), so it
     /// is counted here as one too, or FORGET would drop the node early.
-    pub(crate) fn do_readdirplus(
+    /// `add(ino, next offset, name, attributes)` returns true when full.
+    pub(crate) fn op_readdirplus(
         &self,
-        dir: INodeNo,
-        fh: FileHandle,
+        dir: u64,
+        fh: u64,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+        add: AddEntryPlus,
+    ) -> R<()> {
         let mut st = self.st();
-        if !matches!(st.handles.get(&fh.0), Some(Handle::Dir { .. })) {
-            return reply.error(Errno::EBADF);
+        if !matches!(st.handles.get(&fh), Some(Handle::Dir { .. })) {
+            return Err(Errno::EBADF);
         }
         // One entry cloned at a time (attr() needs the state mutably): a
         // reply holds a few dozen entries, and cloning the whole rest of a
         // large listing for each one made listing it quadratic.
         for i in offset as usize.. {
-            let Some(Handle::Dir { entries }) = st.handles.get(&fh.0) else {
+            let Some(Handle::Dir { entries }) = st.handles.get(&fh) else {
                 break;
             };
             let Some((ino, _, name)) = entries.get(i).cloned() else {
@@ -87,19 +82,12 @@ impl WsFs {
             // not appear under the old name.
             let linked = st
                 .node(ino)
-                .is_ok_and(|n| dot || n.links.iter().any(|l| l.0 == dir.0 && l.1 == name));
+                .is_ok_and(|n| dot || n.links.iter().any(|l| l.0 == dir && l.1 == name));
             if !linked {
                 continue;
             }
             let Ok(attr) = st.attr(ino) else { continue };
-            if reply.add(
-                INodeNo(ino),
-                off,
-                OsStr::from_bytes(&name),
-                &TTL,
-                &attr,
-                Generation(0),
-            ) {
+            if add(ino, off, &name, &attr) {
                 break;
             }
             if !dot {
@@ -108,6 +96,6 @@ impl WsFs {
                 }
             }
         }
-        reply.ok();
+        Ok(())
     }
 }

@@ -56,6 +56,15 @@ pub enum WsError {
     #[error("REF {reference:?} is not a branch: a workspace needs a branch to commit to")]
     NotABranch { reference: String },
 
+    #[error("FUSE over io_uring was asked for (STRATA_FUSE_TRANSPORT=uring or MountOptions::transport) but is unusable: {reason}")]
+    UringUnusable { reason: String },
+
+    #[error("FUSE over io_uring at {path}: {source}")]
+    Uring {
+        path: PathBuf,
+        source: crate::uring::UringError,
+    },
+
     #[error("invalid input: {0}")]
     Invalid(String),
 }

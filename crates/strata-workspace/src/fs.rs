@@ -1,13 +1,12 @@
-//! The FUSE operation handlers (fuser 0.18 `Filesystem`, `&self` methods
-//! called from several session threads). Every handler takes the state lock
-//! for metadata only; file bytes are read and written with pread/pwrite on
-//! an `Arc<File>` after the lock is released, and with passthrough they do
-//! not come through here at all.
+//! fuser 0.18's `Filesystem` (`&self` methods called from several session
+//! threads) as a thin adapter: each method calls the transport-independent
+//! handler of serve.rs (open.rs, dir.rs) and replies through fuser's
+//! `Reply*` type. FUSE_INIT, which negotiates the connection, is here.
 
-use crate::killpriv::may_keep_privs;
-use crate::node::{now_ns, Data, NodeKind, UpperInfo};
+use crate::node::{now_ns, BackingRef, Data, NodeKind, UpperInfo};
 use crate::ops::NewOwner;
-use crate::state::{eio, io_errno, State, R};
+use crate::serve::{Ctx, Later, SetAttr, Xattr};
+use crate::state::{State, R};
 use crate::workspace::Shared;
 use fuser::{
     AccessFlags, Errno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig,
@@ -17,7 +16,6 @@ use fuser::{
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime};
@@ -38,6 +36,9 @@ pub(crate) const TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) struct WsFs {
     pub shared: Arc<Shared>,
     pub want_passthrough: bool,
+    /// Ask for FUSE_OVER_IO_URING at FUSE_INIT (crate::uring serves the
+    /// requests then).
+    pub want_uring: bool,
     /// Set once the session exists: invalidates the kernel's attributes of
     /// a file changed behind its back (writes through a shared mmap).
     pub notifier: Arc<OnceLock<fuser::Notifier>>,
@@ -57,32 +58,25 @@ impl WsFs {
         self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn owner(&self, st: &State, req: &Request) -> NewOwner {
+    pub(crate) fn owner(&self, st: &State, ctx: Ctx) -> NewOwner {
         NewOwner {
-            uid: st.ids.inbound_uid(req.uid()),
-            gid: st.ids.inbound_gid(req.gid()),
-        }
-    }
-
-    fn entry(&self, r: R<(u64, fuser::FileAttr)>, reply: ReplyEntry) {
-        match r {
-            Ok((_, a)) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
+            uid: st.ids.inbound_uid(ctx.uid),
+            gid: st.ids.inbound_gid(ctx.gid),
         }
     }
 
     pub(crate) fn new_node(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
         kind: NodeKind,
         mode: u32,
         data: Data,
     ) -> R<(u64, fuser::FileAttr)> {
         let mut st = self.st();
-        let owner = self.owner(&st, req);
-        let r = st.tx(|s| s.do_create(parent.0, name_bytes(name), kind, mode, owner, data));
+        let owner = self.owner(&st, ctx);
+        let r = st.tx(|s| s.do_create(parent, name, kind, mode, owner, data));
         if let Ok((ino, _)) = &r {
             // mknod(S_IFREG) opens nothing: keep no descriptor for it.
             if let Ok(n) = st.node_mut(*ino) {
@@ -103,6 +97,19 @@ impl Filesystem for WsFs {
                 pt = config.set_max_stack_depth(1).is_ok();
             }
         }
+        if self.want_uring {
+            // Requests wait for the ring once this is on (fuse_block_alloc()),
+            // until every queue registered or a registration failed (which
+            // turns it off again, fuse_uring_cmd()). Writes are capped at
+            // 1 MiB so that each entry's payload buffer is 1 MiB: the
+            // kernel wants it at least max_write (fuse_uring_create()), and
+            // fuser's default of 16 MiB would make every entry that large.
+            let on = config
+                .add_capabilities(InitFlags::FUSE_OVER_IO_URING)
+                .is_ok();
+            let _ = config.set_max_write(crate::uring::MAX_WRITE as u32);
+            tracing::debug!("fuse init: io_uring offered={on}");
+        }
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config
             .add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
@@ -120,32 +127,15 @@ impl Filesystem for WsFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let r = self.st().do_lookup(parent.0, name_bytes(name));
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            // A negative entry (node id 0) lets the kernel cache "no such
-            // name" for TTL: compilers, git and python probe many missing
-            // paths, and every name change goes through this daemon anyway.
-            Err(e) if e == Errno::ENOENT => reply.entry(&TTL, &negative_attr(), Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry(self.op_lookup(parent.0, name_bytes(name)), reply);
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.st().do_forget(ino.0, nlookup);
+        self.op_forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        // Replies are sent after the lock is released (here and in the
-        // other frequent requests): the client's next request arrives as
-        // soon as the reply is written, on another session thread, which
-        // would otherwise find the lock held and sleep on it (a futex wait
-        // and wake-up per request in a profile of create+stat+unlink).
-        let r = self.st().attr(ino.0);
-        match r {
-            Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
-        }
+        attr(self.op_getattr(ino.0), reply);
     }
 
     fn setattr(
@@ -166,34 +156,21 @@ impl Filesystem for WsFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let mut st = self.st();
-        // FATTR_KILL_SUIDGID, which fuser does not pass, as the kernel sets
-        // it (fuse_do_setattr()): on every chown of a non-directory, and on
-        // a truncate by a caller without CAP_FSETID (killpriv.rs).
-        let kill = st.killpriv
-            && (uid.is_some()
-                || gid.is_some()
-                || (size.is_some() && !may_keep_privs(st.ids, req.uid())));
-        let uid = uid.map(|u| st.ids.inbound_uid(u));
-        let gid = gid.map(|g| st.ids.inbound_gid(g));
-        let r = st.tx(|s| {
-            let a = s.do_setattr(ino.0, mode, uid, gid, size, atime, mtime, ctime)?;
-            match kill && s.kill_suidgid(ino.0)? {
-                true => s.attr(ino.0),
-                false => Ok(a),
-            }
-        });
-        match r {
-            Ok(a) => reply.attr(&TTL, &a),
-            Err(e) => reply.error(e),
-        }
+        let a = SetAttr {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime,
+        };
+        attr(self.op_setattr(Ctx::of(req), ino.0, a), reply);
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let st = self.st();
-        match st.node(ino.0).map(|n| &n.data) {
-            Ok(Data::Symlink(t)) => reply.data(t),
-            Ok(_) => reply.error(Errno::EINVAL),
+        match self.op_readlink(ino.0) {
+            Ok(t) => reply.data(&t),
             Err(e) => reply.error(e),
         }
     }
@@ -208,17 +185,8 @@ impl Filesystem for WsFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let (kind, data) = match mode & libc::S_IFMT {
-            libc::S_IFREG => (NodeKind::File, new_file_data()),
-            libc::S_IFIFO => (NodeKind::Fifo, Data::None),
-            libc::S_IFSOCK => (NodeKind::Socket, Data::None),
-            // Creating device nodes is allowed (the mount is nodev, so they
-            // cannot be opened through it); committing them is not.
-            libc::S_IFCHR => (NodeKind::CharDevice, Data::Device(rdev)),
-            libc::S_IFBLK => (NodeKind::BlockDevice, Data::Device(rdev)),
-            _ => return reply.error(Errno::EINVAL),
-        };
-        self.entry(self.new_node(req, parent, name, kind, mode, data), reply);
+        let r = self.op_mknod(Ctx::of(req), parent.0, name_bytes(name), mode, rdev);
+        entry(r, reply);
     }
 
     fn mkdir(
@@ -230,30 +198,18 @@ impl Filesystem for WsFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.entry(
-            self.new_node(req, parent, name, NodeKind::Dir, mode, Data::None),
+        entry(
+            self.op_mkdir(Ctx::of(req), parent.0, name_bytes(name), mode),
             reply,
         );
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self
-            .st()
-            .tx(|s| s.do_remove(parent.0, name_bytes(name), false));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op_remove(parent.0, name_bytes(name), false), reply);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self
-            .st()
-            .tx(|s| s.do_remove(parent.0, name_bytes(name), true));
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op_remove(parent.0, name_bytes(name), true), reply);
     }
 
     fn symlink(
@@ -264,11 +220,9 @@ impl Filesystem for WsFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let data = Data::Symlink(target.as_os_str().as_bytes().to_vec());
-        self.entry(
-            self.new_node(req, parent, link_name, NodeKind::Symlink, 0o777, data),
-            reply,
-        );
+        let target = target.as_os_str().as_bytes();
+        let r = self.op_symlink(Ctx::of(req), parent.0, name_bytes(link_name), target);
+        entry(r, reply);
     }
 
     fn rename(
@@ -281,22 +235,14 @@ impl Filesystem for WsFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_WHITEOUT) {
-            return reply.error(Errno::EINVAL);
-        }
-        let r = self.st().tx(|s| {
-            s.do_rename(
-                parent.0,
-                name_bytes(name),
-                newparent.0,
-                name_bytes(newname),
-                flags,
-            )
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        let r = self.op_rename(
+            parent.0,
+            name_bytes(name),
+            newparent.0,
+            name_bytes(newname),
+            flags,
+        );
+        empty(r, reply);
     }
 
     fn link(
@@ -307,17 +253,27 @@ impl Filesystem for WsFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let r = self
-            .st()
-            .tx(|s| s.do_link(ino.0, newparent.0, name_bytes(newname)));
-        match r {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry(self.op_link(ino.0, newparent.0, name_bytes(newname)), reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.do_open(req, ino, flags, reply);
+        let mut later = Later::default();
+        let r = self.op_open(Ctx::of(req), ino.0, flags.0, &mut later, &|f| {
+            reply.open_backing(f).map(BackingRef::Fuser)
+        });
+        match r {
+            Ok(o) => match o.backing.as_deref() {
+                Some(BackingRef::Fuser(id)) => {
+                    reply.opened_passthrough(FileHandle(o.fh), o.flags, id)
+                }
+                // Registered by the ring on a ring-served mount, whose
+                // opens all arrive through the ring (uring/mod.rs).
+                Some(BackingRef::Ring(_)) => reply.error(Errno::EIO),
+                None => reply.opened(FileHandle(o.fh), o.flags),
+            },
+            Err(e) => reply.error(e),
+        }
+        self.run_later(later);
     }
 
     fn create(
@@ -330,7 +286,29 @@ impl Filesystem for WsFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.do_create(req, parent, name, mode, flags, reply);
+        let r = self.op_create(
+            Ctx::of(req),
+            parent.0,
+            name_bytes(name),
+            mode,
+            flags,
+            &|f| reply.open_backing(f).map(BackingRef::Fuser),
+        );
+        match r {
+            Ok((a, o)) => match o.backing.as_deref() {
+                Some(BackingRef::Ring(_)) => reply.error(Errno::EIO),
+                Some(BackingRef::Fuser(id)) => reply.created_passthrough(
+                    &TTL,
+                    &a,
+                    Generation(0),
+                    FileHandle(o.fh),
+                    o.flags,
+                    id,
+                ),
+                None => reply.created(&TTL, &a, Generation(0), FileHandle(o.fh), o.flags),
+            },
+            Err(e) => reply.error(e),
+        }
     }
 
     fn read(
@@ -344,21 +322,10 @@ impl Filesystem for WsFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let f = match self.st().data_file(ino.0) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let mut buf = vec![0u8; size as usize];
-        let mut got = 0usize;
-        while got < buf.len() {
-            match f.read_at(&mut buf[got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return reply.error(io_errno("read", e)),
-            }
+        match self.op_read(ino.0, offset, size) {
+            Ok(b) => reply.data(&b),
+            Err(e) => reply.error(e),
         }
-        reply.data(&buf[..got]);
     }
 
     fn write(
@@ -373,31 +340,12 @@ impl Filesystem for WsFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        // Set for every write by a caller without CAP_FSETID once
-        // FUSE_HANDLE_KILLPRIV_V2 is on (killpriv.rs).
-        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
-        let (f, killed) = {
-            let mut st = self.st();
-            let kill = kill && st.killpriv;
-            let r = st.tx(|s| {
-                s.copy_up(ino.0)?;
-                s.mark_written(ino.0)?;
-                s.note_written(ino.0, offset, offset.saturating_add(data.len() as u64))?;
-                let killed = kill && s.kill_suidgid(ino.0)?;
-                Ok((s.data_file(ino.0)?, killed))
-            });
-            match r {
-                Ok(x) => x,
-                Err(e) => return reply.error(e),
-            }
-        };
-        match f.write_all_at(data, offset) {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(e) => reply.error(io_errno("write", e)),
+        let mut later = Later::default();
+        match self.op_write(ino.0, offset, data, write_flags, &mut later) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(e),
         }
-        if killed {
-            self.inval_attr(ino);
-        }
+        self.run_later(later);
     }
 
     fn flush(
@@ -421,32 +369,10 @@ impl Filesystem for WsFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let mut inval = false;
-        {
-            let mut st = self.st();
-            st.handles.remove(&fh.0);
-            if let Ok(n) = st.node_mut(ino.0) {
-                n.opens = n.opens.saturating_sub(1);
-                if n.opens == 0 {
-                    // An upper passthrough backing may have been mmapped
-                    // shared and written: that changes the backing file's
-                    // mtime without a request. A mapping holds its file,
-                    // so the last release comes after the last such write.
-                    inval = n.backing.as_ref().is_some_and(|b| b.upper);
-                    n.backing = None;
-                    n.file = None;
-                }
-            }
-            st.maybe_reap(ino.0);
-        }
+        let mut later = Later::default();
+        self.op_release(ino.0, fh.0, &mut later);
         reply.ok();
-        if inval {
-            if let Some(n) = self.notifier.get() {
-                // Attributes only (a negative offset spares the page cache,
-                // fuse_reverse_inval_inode()); ENOENT if already evicted.
-                let _ = n.inval_inode(ino, -1, 0);
-            }
-        }
+        self.run_later(later);
     }
 
     fn fsync(
@@ -457,35 +383,14 @@ impl Filesystem for WsFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let f = {
-            let mut st = self.st();
-            // The metadata of the file (its name, mode...) is in the journal:
-            // fsync(2) promises it survives a power loss too.
-            if let Err(e) = st.journal.sync() {
-                return reply.error(io_errno("sync the journal", e));
-            }
-            match st.node(ino.0).map(|n| matches!(n.data, Data::Upper(_))) {
-                Ok(true) => st.data_file(ino.0),
-                Ok(false) => return reply.ok(),
-                Err(e) => Err(e),
-            }
-        };
-        let r = f.and_then(|f| {
-            if datasync {
-                f.sync_data()
-            } else {
-                f.sync_all()
-            }
-            .map_err(|e| io_errno("fsync", e))
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op_fsync(ino.0, datasync), reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.do_opendir(ino, reply);
+        match self.op_opendir(ino.0) {
+            Ok((fh, flags)) => reply.opened(FileHandle(fh), flags),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn readdir(
@@ -494,9 +399,12 @@ impl Filesystem for WsFs {
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
+        mut reply: ReplyDirectory,
     ) {
-        self.do_readdir(fh, offset, reply);
+        let r = self.op_readdir(fh.0, offset, &mut |ino, off, kind, name| {
+            reply.add(INodeNo(ino), off, kind, OsStr::from_bytes(name))
+        });
+        empty(r, reply);
     }
 
     fn readdirplus(
@@ -505,9 +413,22 @@ impl Filesystem for WsFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectoryPlus,
+        mut reply: ReplyDirectoryPlus,
     ) {
-        self.do_readdirplus(ino, fh, offset, reply);
+        let r = self.op_readdirplus(ino.0, fh.0, offset, &mut |ino, off, name, a| {
+            reply.add(
+                INodeNo(ino),
+                off,
+                OsStr::from_bytes(name),
+                &TTL,
+                a,
+                Generation(0),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn releasedir(
@@ -518,7 +439,7 @@ impl Filesystem for WsFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.st().handles.remove(&fh.0);
+        self.op_releasedir(fh.0);
         reply.ok();
     }
 
@@ -534,19 +455,11 @@ impl Filesystem for WsFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let dir = self.st().upper_dir.clone();
-        match rustix::fs::statvfs(&dir) {
+        match self.op_statfs() {
             Ok(s) => reply.statfs(
-                s.f_blocks,
-                s.f_bfree,
-                s.f_bavail,
-                s.f_files,
-                s.f_ffree,
-                s.f_bsize as u32,
-                crate::state::NAME_MAX as u32,
-                s.f_frsize as u32,
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
             ),
-            Err(e) => reply.error(eio("statfs", e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -560,60 +473,29 @@ impl Filesystem for WsFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self
-            .st()
-            .tx(|s| s.do_setxattr(ino.0, name_bytes(name), value, flags))
-        {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(
+            self.op_setxattr(ino.0, name_bytes(name), value, flags),
+            reply,
+        );
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        if self.getxattr_kills(req, ino, name_bytes(name)) {
-            // No `security.` xattrs are stored: the answer is ENODATA.
-            reply.error(Errno::NO_XATTR);
-            self.inval_attr(ino);
-            return;
-        }
-        let v = match self.st().node(ino.0) {
-            Ok(n) => n.xattrs.get(name_bytes(name)).cloned(),
-            Err(e) => return reply.error(e),
-        };
-        match v {
-            None => reply.error(Errno::NO_XATTR),
-            Some(v) => xattr_reply(&v, size, reply),
-        }
+        let mut later = Later::default();
+        let r = self.op_getxattr(Ctx::of(req), ino.0, name_bytes(name), size, &mut later);
+        xattr(r, reply);
+        self.run_later(later);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let st = self.st();
-        let n = match st.node(ino.0) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
-        let mut buf = Vec::new();
-        for k in n.xattrs.keys() {
-            buf.extend_from_slice(k);
-            buf.push(0);
-        }
-        xattr_reply(&buf, size, reply);
+        xattr(self.op_listxattr(ino.0, size), reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.st().tx(|s| s.do_removexattr(ino.0, name_bytes(name))) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op_removexattr(ino.0, name_bytes(name)), reply);
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        // Only called without default_permissions, i.e. in rootless mode,
-        // where the one user of the namespace owns everything.
-        match self.st().node(ino.0) {
-            Ok(_) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        empty(self.op_access(ino.0), reply);
     }
 
     fn fallocate(
@@ -626,30 +508,7 @@ impl Filesystem for WsFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let f = {
-            let mut st = self.st();
-            // Collapsing or inserting a range moves every byte after it.
-            let shifts =
-                mode & (libc::FALLOC_FL_COLLAPSE_RANGE | libc::FALLOC_FL_INSERT_RANGE) != 0;
-            let end = match shifts {
-                true => crate::ranges::TO_END,
-                false => offset.saturating_add(length),
-            };
-            match st.tx(|s| {
-                s.copy_up(ino.0)?;
-                s.mark_written(ino.0)?;
-                s.note_written(ino.0, offset, end)?;
-                s.data_file(ino.0)
-            }) {
-                Ok(f) => f,
-                Err(e) => return reply.error(e),
-            }
-        };
-        let flags = rustix::fs::FallocateFlags::from_bits_retain(mode as u32);
-        match rustix::fs::fallocate(&*f, flags, offset, length) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(Errno::from_i32(e.raw_os_error())),
-        }
+        empty(self.op_fallocate(ino.0, offset, length, mode), reply);
     }
 
     fn lseek(
@@ -661,52 +520,63 @@ impl Filesystem for WsFs {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let f = match self.st().data_file(ino.0) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let pos = match whence {
-            libc::SEEK_DATA => rustix::fs::SeekFrom::Data(offset as u64),
-            libc::SEEK_HOLE => rustix::fs::SeekFrom::Hole(offset as u64),
-            _ => return reply.error(Errno::EINVAL),
-        };
-        // The shared descriptor's offset is never used (all I/O is
-        // pread/pwrite), so moving it is harmless.
-        let r = rustix::fs::seek(&*f, pos);
-        match r {
-            Ok(o) => reply.offset(o as i64),
-            Err(e) => reply.error(Errno::from_i32(e.raw_os_error())),
+        match self.op_lseek(ino.0, offset, whence) {
+            Ok(o) => reply.offset(o),
+            Err(e) => reply.error(e),
         }
     }
 }
 
-fn xattr_reply(v: &[u8], size: u32, reply: ReplyXattr) {
-    if size == 0 {
-        reply.size(v.len() as u32);
-    } else if v.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(v);
+fn entry(r: R<fuser::FileAttr>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Err(e) => reply.error(e),
     }
 }
 
-fn negative_attr() -> fuser::FileAttr {
-    fuser::FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: SystemTime::UNIX_EPOCH,
-        mtime: SystemTime::UNIX_EPOCH,
-        ctime: SystemTime::UNIX_EPOCH,
-        crtime: SystemTime::UNIX_EPOCH,
-        kind: fuser::FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
-        flags: 0,
+fn attr(r: R<fuser::FileAttr>, reply: ReplyAttr) {
+    match r {
+        Ok(a) => reply.attr(&TTL, &a),
+        Err(e) => reply.error(e),
+    }
+}
+
+fn empty(r: R<()>, reply: impl EmptyReply) {
+    match r {
+        Ok(()) => reply.done(),
+        Err(e) => reply.fail(e),
+    }
+}
+
+fn xattr(r: R<Xattr>, reply: ReplyXattr) {
+    match r {
+        Ok(Xattr::Size(n)) => reply.size(n),
+        Ok(Xattr::Data(v)) => reply.data(&v),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// The fuser replies that end a request with "ok" or an error.
+trait EmptyReply {
+    fn done(self);
+    fn fail(self, e: fuser::Errno);
+}
+
+impl EmptyReply for ReplyEmpty {
+    fn done(self) {
+        self.ok()
+    }
+    fn fail(self, e: fuser::Errno) {
+        self.error(e)
+    }
+}
+
+impl EmptyReply for ReplyDirectory {
+    fn done(self) {
+        self.ok()
+    }
+    fn fail(self, e: fuser::Errno) {
+        self.error(e)
     }
 }
 

@@ -51,8 +51,9 @@
 use crate::config::IdMapping;
 use crate::fs::WsFs;
 use crate::node::{now_ns, NodeKind};
+use crate::serve::Ctx;
 use crate::state::{Handle, State, R};
-use fuser::{INodeNo, Request};
+use fuser::INodeNo;
 
 /// The xattr file_remove_privs() asks for before a write.
 pub(crate) const SECURITY_CAPABILITY: &[u8] = b"security.capability";
@@ -116,23 +117,23 @@ impl WsFs {
     /// a passthrough write to a file that gained suid/sgid while open (see
     /// the module comment), clear the bits now. Returns whether it did; the
     /// caller then invalidates the kernel's attributes after replying.
-    pub(crate) fn getxattr_kills(&self, req: &Request, ino: INodeNo, name: &[u8]) -> bool {
+    pub(crate) fn getxattr_kills(&self, ctx: Ctx, ino: u64, name: &[u8]) -> bool {
         if name != SECURITY_CAPABILITY {
             return false;
         }
         let mut st = self.st();
-        if !st.killpriv || may_keep_privs(st.ids, req.uid()) {
+        if !st.killpriv || may_keep_privs(st.ids, ctx.uid) {
             return false;
         }
-        let Ok(n) = st.node(ino.0) else { return false };
+        let Ok(n) = st.node(ino) else { return false };
         let passthrough_upper = n.backing.as_ref().is_some_and(|b| b.upper);
         if n.kind != NodeKind::File || !has_privs(n.perm) || !passthrough_upper {
             return false;
         }
-        if !st.has_writer(ino.0) {
+        if !st.has_writer(ino) {
             return false;
         }
-        st.tx(|s| s.kill_suidgid(ino.0)).unwrap_or(false)
+        st.tx(|s| s.kill_suidgid(ino)).unwrap_or(false)
     }
 
     /// Drop the kernel's cached attributes of `ino` (after its mode changed

@@ -133,9 +133,18 @@ pub(crate) struct Node {
 
 #[derive(Debug)]
 pub(crate) struct Backing {
-    pub id: Arc<fuser::BackingId>,
+    pub id: Arc<BackingRef>,
     /// Backed by the upper file (true) or the shared cache file (false).
     pub upper: bool,
+}
+
+/// A registered passthrough backing: made through a fuser reply on a
+/// /dev/fuse-served mount, by the ring itself on a ring-served one
+/// (uring/backing.rs). Either closes its id when dropped.
+#[derive(Debug)]
+pub(crate) enum BackingRef {
+    Fuser(fuser::BackingId),
+    Ring(crate::uring::RingBacking),
 }
 
 impl Node {

@@ -2,17 +2,36 @@
 //! (the kernel reads and writes the backing file itself) and serving the
 //! bytes in the daemon.
 
-use crate::fs::{name_bytes, new_file_data, WsFs, TTL};
+use crate::fs::{new_file_data, WsFs};
 use crate::killpriv::{has_privs, may_keep_privs};
-use crate::node::{Backing, Data, NodeKind};
+use crate::node::{Backing, BackingRef, Data, NodeKind};
 use crate::ranges::TO_END;
+use crate::serve::{Ctx, Later};
 use crate::state::{Handle, State, R};
-use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, OpenAccMode, OpenFlags, ReplyCreate,
-    ReplyOpen, Request,
-};
-use std::ffi::OsStr;
+use fuser::{Errno, FopenFlags, OpenAccMode, OpenFlags};
 use std::sync::Arc;
+
+/// How a transport registers a file as a passthrough backing
+/// (FUSE_DEV_IOC_BACKING_OPEN on its /dev/fuse fd).
+pub(crate) type OpenBacking<'a> = &'a dyn Fn(&std::fs::File) -> std::io::Result<BackingRef>;
+
+/// The answer to OPEN (and the open half of CREATE).
+pub(crate) struct Opened {
+    pub fh: u64,
+    pub flags: FopenFlags,
+    /// Passthrough: the kernel reads and writes this backing itself.
+    pub backing: Option<Arc<BackingRef>>,
+}
+
+impl Opened {
+    fn new(fh: u64, backing: Option<Arc<BackingRef>>) -> Opened {
+        let flags = match backing {
+            Some(_) => FILE_OPEN,
+            None => FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
+        };
+        Opened { fh, flags, backing }
+    }
+}
 
 /// Open flags for regular files. FOPEN_NOFLUSH: close(2) sends no FLUSH
 /// (fuse_flush() returns at once when it is set and there is no writeback
@@ -30,7 +49,7 @@ impl WsFs {
         st: &mut State,
         ino: u64,
         write: bool,
-    ) -> R<(u64, Option<Arc<fuser::BackingId>>)> {
+    ) -> R<(u64, Option<Arc<BackingRef>>)> {
         let fh = st.new_fh(Handle::File { ino, write });
         st.node_mut(ino)?.opens += 1;
         if !st.passthrough {
@@ -74,8 +93,8 @@ impl WsFs {
         &self,
         st: &mut State,
         ino: u64,
-        open_backing: impl FnOnce(&std::fs::File) -> std::io::Result<fuser::BackingId>,
-    ) -> Option<Arc<fuser::BackingId>> {
+        open_backing: OpenBacking,
+    ) -> Option<Arc<BackingRef>> {
         if !st.passthrough {
             return None;
         }
@@ -119,122 +138,91 @@ impl WsFs {
         }
     }
 
-    pub(crate) fn do_open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let write = flags.acc_mode() != OpenAccMode::O_RDONLY;
+    pub(crate) fn op_open(
+        &self,
+        ctx: Ctx,
+        ino: u64,
+        flags: i32,
+        later: &mut Later,
+        open_backing: OpenBacking,
+    ) -> R<Opened> {
+        let write = OpenFlags(flags).acc_mode() != OpenAccMode::O_RDONLY;
         // With FUSE_ATOMIC_O_TRUNC the kernel leaves O_TRUNC to us (and
         // sends no setattr), which spares copying up bytes about to go.
-        let trunc = write && flags.0 & libc::O_TRUNC != 0;
+        let trunc = write && flags & libc::O_TRUNC != 0;
         let mut killed = false;
         let mut st = self.st();
         let r = (|| {
-            let kind = st.node(ino.0)?.kind;
+            let kind = st.node(ino)?.kind;
             if kind == NodeKind::Dir {
                 return Err(Errno::EISDIR);
             }
             if kind != NodeKind::File {
                 return Err(Errno::EINVAL);
             }
-            if write && !matches!(st.node(ino.0)?.data, Data::Upper(_)) {
+            if write && !matches!(st.node(ino)?.data, Data::Upper(_)) {
                 // Copy-up before the reply: a passthrough write-open needs
                 // its final backing file now.
-                let busy = st.node(ino.0)?.backing.is_some();
+                let busy = st.node(ino)?.backing.is_some();
                 if busy {
                     return Err(Errno::ETXTBSY);
                 }
                 if trunc {
-                    st.tx(|s| s.copy_up_truncated(ino.0))?;
+                    st.tx(|s| s.copy_up_truncated(ino))?;
                 } else {
-                    st.tx(|s| s.copy_up(ino.0))?;
+                    st.tx(|s| s.copy_up(ino))?;
                 }
             }
             if trunc {
                 // FUSE_OPEN_KILL_SUIDGID, which fuser does not pass: the
                 // caller's uid stands for its CAP_FSETID (killpriv.rs).
-                let kill = st.killpriv && !may_keep_privs(st.ids, req.uid());
+                let kill = st.killpriv && !may_keep_privs(st.ids, ctx.uid);
                 st.tx(|s| {
-                    s.open_truncate(ino.0)?;
+                    s.open_truncate(ino)?;
                     if kill {
-                        killed = s.kill_suidgid(ino.0)?;
+                        killed = s.kill_suidgid(ino)?;
                     }
                     Ok(())
                 })?;
             }
-            self.open_reply(&mut st, ino.0, write)
+            self.open_reply(&mut st, ino, write)
         })();
-        let r = r.map(|(fh, id)| match id {
-            Some(id) => (fh, Some(id)),
-            None => (
-                fh,
-                self.new_backing(&mut st, ino.0, |f| reply.open_backing(f)),
-            ),
-        });
-        // Replied without the lock (see getattr).
-        drop(st);
-        match r {
-            Ok((fh, Some(id))) => reply.opened_passthrough(FileHandle(fh), FILE_OPEN, &id),
-            Ok((fh, None)) => {
-                reply.opened(FileHandle(fh), FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE)
-            }
-            Err(e) => reply.error(e),
-        }
         if killed {
             // After an atomic O_TRUNC open the kernel invalidates only size
             // and times (fuse_finish_open()), not the mode.
-            self.inval_attr(ino);
+            later.inval_attr = Some(ino);
         }
+        let (fh, id) = r?;
+        let id = match id {
+            Some(id) => Some(id),
+            None => self.new_backing(&mut st, ino, open_backing),
+        };
+        // The transport replies after the lock is released (see
+        // serve.rs's op_getattr).
+        Ok(Opened::new(fh, id))
     }
 
-    pub(crate) fn do_create(
+    pub(crate) fn op_create(
         &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
+        ctx: Ctx,
+        parent: u64,
+        name: &[u8],
         mode: u32,
         flags: i32,
-        reply: ReplyCreate,
-    ) {
+        open_backing: OpenBacking,
+    ) -> R<(fuser::FileAttr, Opened)> {
         // One hold of the lock for the whole request: the node, its upper
         // file (left open by do_create) and the handle.
         let mut st = self.st();
-        let owner = self.owner(&st, req);
-        let r = st.tx(|s| {
-            s.do_create(
-                parent.0,
-                name_bytes(name),
-                NodeKind::File,
-                mode,
-                owner,
-                new_file_data(),
-            )
-        });
-        let (ino, attr) = match r {
-            Ok(x) => x,
-            Err(e) => return reply.error(e),
-        };
+        let owner = self.owner(&st, ctx);
+        let (ino, attr) =
+            st.tx(|s| s.do_create(parent, name, NodeKind::File, mode, owner, new_file_data()))?;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         let fh = st.new_fh(Handle::File { ino, write });
         if let Ok(n) = st.node_mut(ino) {
             n.opens += 1;
         }
-        let backing = self.new_backing(&mut st, ino, |f| reply.open_backing(f));
-        // Replied without the lock (see getattr).
-        drop(st);
-        match backing {
-            Some(id) => reply.created_passthrough(
-                &TTL,
-                &attr,
-                Generation(0),
-                FileHandle(fh),
-                FILE_OPEN,
-                &id,
-            ),
-            None => reply.created(
-                &TTL,
-                &attr,
-                Generation(0),
-                FileHandle(fh),
-                FILE_OPEN | FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-        }
+        let backing = self.new_backing(&mut st, ino, open_backing);
+        Ok((attr, Opened::new(fh, backing)))
     }
 }

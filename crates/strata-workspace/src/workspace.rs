@@ -421,6 +421,7 @@ impl Workspace {
         WsFs {
             shared: self.shared.clone(),
             want_passthrough: opts.passthrough,
+            want_uring: false,
             notifier: notifier.clone(),
             _serving: serving.clone(),
         }
@@ -447,6 +448,9 @@ impl Workspace {
     /// unmounted or dropped. Needs root (or CAP_SYS_ADMIN) for mount(2).
     pub fn mount(&self, mountpoint: &Path, opts: &MountOptions) -> Result<MountHandle> {
         self.check_mountpoint(mountpoint)?;
+        if crate::uring::mount::wanted(opts)? {
+            return self.mount_uring(mountpoint, opts);
+        }
         self.claim_mount()?;
         let acl = if opts.allow_other {
             SessionACL::All
@@ -473,7 +477,84 @@ impl Workspace {
             session: Some(session),
             mountpoint: Some(mountpoint.to_path_buf()),
             shared: self.shared.clone(),
+            ring: None,
         })
+    }
+
+    /// Mount served over io_uring (crate::uring): FUSE_INIT, FORGET and
+    /// INTERRUPT through fuser's session on the same fd, every other
+    /// request through the ring threads (which register passthrough
+    /// backings themselves, uring/backing.rs).
+    fn mount_uring(&self, mountpoint: &Path, opts: &MountOptions) -> Result<MountHandle> {
+        self.claim_mount()?;
+        let unclaim = |e| {
+            self.shared.mounted.store(false, Ordering::SeqCst);
+            e
+        };
+        let fd = crate::uring::mount::mount(mountpoint, opts).map_err(unclaim)?;
+        let acl = if opts.allow_other {
+            SessionACL::All
+        } else {
+            SessionACL::Owner
+        };
+        let cfg = self.config(opts, acl);
+        let serving = Arc::new(());
+        let notifier = Arc::new(OnceLock::new());
+        let (session_fs, ring_fs) = (
+            self.fs(opts, &serving, &notifier),
+            self.fs(opts, &serving, &notifier),
+        );
+        let session_fs = WsFs {
+            want_uring: true,
+            ..session_fs
+        };
+        let umount = || {
+            let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
+        };
+        let session_fd = fd.try_clone().map_err(|e| {
+            umount();
+            unclaim(WsError::io(
+                "dup the /dev/fuse fd",
+                mountpoint.to_path_buf(),
+            )(e))
+        })?;
+        let session = Session::from_fd(session_fs, session_fd, acl, cfg)
+            .and_then(|s| {
+                let _ = notifier.set(s.notifier());
+                s.spawn()
+            })
+            .map_err(|e| {
+                umount();
+                unclaim(WsError::Mountpoint {
+                    path: mountpoint.to_path_buf(),
+                    reason: format!("serve the FUSE fd: {e}"),
+                })
+            })?;
+        let mut handle = MountHandle {
+            serving,
+            session: Some(session),
+            mountpoint: Some(mountpoint.to_path_buf()),
+            shared: self.shared.clone(),
+            ring: None,
+        };
+        match crate::uring::mount::start(ring_fs, &fd, mountpoint, opts.allow_other) {
+            Ok(r) => {
+                tracing::debug!("FUSE transport: io_uring at {}", mountpoint.display());
+                handle.ring = Some(r);
+                Ok(handle)
+            }
+            // A refused registration turned io_uring off for this
+            // connection (fuse_uring_cmd()): requests go on over
+            // /dev/fuse, which is what `auto` asks for.
+            Err(e) if opts.transport == crate::Transport::IoUringIfAvailable => {
+                tracing::warn!("FUSE transport: /dev/fuse reads ({e})");
+                Ok(handle)
+            }
+            Err(e) => {
+                drop(handle);
+                Err(e)
+            }
+        }
     }
 
     /// Serve on an already-mounted /dev/fuse `fd` (rootless mode: a helper
@@ -504,6 +585,7 @@ impl Workspace {
             session: Some(session),
             mountpoint: None,
             shared: self.shared.clone(),
+            ring: None,
         })
     }
 
@@ -580,6 +662,18 @@ pub struct MountHandle {
     session: Option<BackgroundSession>,
     mountpoint: Option<PathBuf>,
     shared: Arc<Shared>,
+    /// The io_uring transport's threads, when it serves this mount.
+    ring: Option<crate::uring::RingSet>,
+}
+
+/// Requests a mount answered through its io_uring rings so far.
+#[derive(Clone, Debug)]
+pub struct RingCounter(Arc<std::sync::atomic::AtomicU64>);
+
+impl RingCounter {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 impl std::fmt::Debug for MountHandle {
@@ -593,6 +687,20 @@ impl std::fmt::Debug for MountHandle {
 impl MountHandle {
     pub fn mountpoint(&self) -> Option<&Path> {
         self.mountpoint.as_deref()
+    }
+
+    /// The transport serving this mount: `io_uring` or `/dev/fuse`.
+    pub fn transport(&self) -> &'static str {
+        match self.ring {
+            Some(_) => "io_uring",
+            None => "/dev/fuse",
+        }
+    }
+
+    /// The count of requests served through the rings (None on /dev/fuse);
+    /// readable after the handle is gone.
+    pub fn ring_requests(&self) -> Option<RingCounter> {
+        self.ring.as_ref().map(|r| RingCounter(r.served.clone()))
     }
 
     /// Unmount and wait for the session threads. While something still
@@ -642,6 +750,11 @@ impl MountHandle {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while Arc::strong_count(&self.serving) > 1 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if let Some(ring) = &mut self.ring {
+            // Ended by the kernel at unmount (every entry completes with
+            // -ENOTCONN); the wait above covered their references too.
+            ring.join_finished();
         }
         self.shared.mounted.store(false, Ordering::SeqCst);
         r
