@@ -1,7 +1,7 @@
 //! The io_uring transport (src/uring): requests really go through the
 //! rings, their answers are the Workspace's, and unmounting ends every
 //! ring thread. Needs root, /dev/fuse and FUSE io_uring enabled
-//! (/sys/module/fuse/parameters/enable_uring = Y, which .ci/run turns on);
+//! (/sys/module/fuse/parameters/enable_uring = Y, which scripts/test turns on);
 //! without it the test fails with the reason (scripts/test leaves it out by
 //! name, saying so, when STRATA_TEST_URING=0 says the kernel has none).
 

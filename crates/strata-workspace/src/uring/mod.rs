@@ -48,14 +48,50 @@ pub enum Transport {
 
 impl Transport {
     /// From the `STRATA_FUSE_TRANSPORT` environment variable: `uring`
-    /// (io_uring or fail), `auto` (io_uring when usable), anything else or
-    /// unset: /dev/fuse.
+    /// (io_uring or fail), `auto` (io_uring when usable), `dev-fuse` or
+    /// unset: /dev/fuse. Any other value is a mistake (say `io_uring` for
+    /// `uring`): it is logged as a warning naming the accepted values, and
+    /// the mount keeps the default, /dev/fuse, which serves every request
+    /// the same way, only slower for metadata streams.
     pub fn from_env() -> Transport {
-        match std::env::var("STRATA_FUSE_TRANSPORT").as_deref() {
-            Ok("uring") => Transport::IoUring,
-            Ok("auto") => Transport::IoUringIfAvailable,
-            _ => Transport::DevFuse,
+        let v = std::env::var("STRATA_FUSE_TRANSPORT");
+        Transport::parse(v.as_deref().ok()).unwrap_or_else(|bad| {
+            tracing::warn!(
+                "STRATA_FUSE_TRANSPORT={bad:?} is not a transport: give uring, auto or dev-fuse; using /dev/fuse"
+            );
+            Transport::DevFuse
+        })
+    }
+
+    /// `None` (unset) and `dev-fuse` are /dev/fuse; `uring` and `auto` as
+    /// in [`Transport::from_env`]; anything else is returned as the error.
+    pub fn parse(v: Option<&str>) -> Result<Transport, String> {
+        match v {
+            None | Some("dev-fuse") => Ok(Transport::DevFuse),
+            Some("uring") => Ok(Transport::IoUring),
+            Some("auto") => Ok(Transport::IoUringIfAvailable),
+            Some(other) => Err(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod transport_tests {
+    use super::Transport;
+
+    #[test]
+    fn transport_names_parse_and_a_wrong_one_is_an_error() {
+        assert_eq!(Transport::parse(None), Ok(Transport::DevFuse));
+        assert_eq!(Transport::parse(Some("dev-fuse")), Ok(Transport::DevFuse));
+        assert_eq!(Transport::parse(Some("uring")), Ok(Transport::IoUring));
+        assert_eq!(
+            Transport::parse(Some("auto")),
+            Ok(Transport::IoUringIfAvailable)
+        );
+        assert_eq!(
+            Transport::parse(Some("io_uring")),
+            Err("io_uring".to_string())
+        );
     }
 }
 
