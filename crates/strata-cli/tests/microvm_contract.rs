@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use strata_microvm::oneshot::{self, RunSpec};
+use strata_microvm::oneshot::{self, RunOutput, RunSpec};
 use strata_microvm::vm::qemus_under;
 use strata_microvm::VmConfig;
 use strata_testkit::contract::CASES;
@@ -25,6 +25,19 @@ mod microvm_common;
 use microvm_common::{require_qemu_and_kernel, Cleanup};
 
 const BIN: &str = env!("CARGO_BIN_EXE_strata");
+
+/// The one-shot boot ended as it should: nothing of the program left
+/// running in the guest, the guest powered off by itself, no qemu left
+/// under the test's directory.
+fn ended_cleanly(out: &RunOutput, dir: &Path) {
+    assert!(
+        out.left.is_empty(),
+        "left running in the guest: {:?}",
+        out.left
+    );
+    assert!(out.clean_power_off, "the guest did not power off by itself");
+    assert!(qemus_under(dir).is_empty(), "a qemu is left running");
+}
 
 /// A binary of this build directory (beside `strata`), or a failure that
 /// says how to build it.
@@ -107,13 +120,7 @@ fn the_contract_suite_passes_in_a_project_vms_guest() {
     // Nothing left running: no process of the suite in the guest after
     // it (its Sandboxes' monitors, inits and daemons all stopped), the
     // guest powered off, qemu is gone.
-    assert!(
-        out.left.is_empty(),
-        "left running in the guest: {:?}",
-        out.left
-    );
-    assert!(out.clean_power_off, "the guest did not power off by itself");
-    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
+    ended_cleanly(&out, tmp.path());
 }
 
 /// The one-shot boot hands back a failure as it is: the runner asked for a
@@ -146,13 +153,7 @@ fn a_one_shot_boot_hands_back_a_failing_programs_status_and_stderr() {
         "stderr: {}",
         out.stderr
     );
-    assert!(
-        out.left.is_empty(),
-        "left running in the guest: {:?}",
-        out.left
-    );
-    assert!(out.clean_power_off, "the guest did not power off by itself");
-    assert!(qemus_under(tmp.path()).is_empty(), "a qemu is left running");
+    ended_cleanly(&out, tmp.path());
 }
 
 /// A program that does not end within the run's timeout: an error that

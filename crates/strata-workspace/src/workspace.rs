@@ -452,12 +452,7 @@ impl Workspace {
             return self.mount_uring(mountpoint, opts);
         }
         self.claim_mount()?;
-        let acl = if opts.allow_other {
-            SessionACL::All
-        } else {
-            SessionACL::Owner
-        };
-        let cfg = self.config(opts, acl);
+        let cfg = self.config(opts, session_acl(opts));
         let serving = Arc::new(());
         let notifier = Arc::new(OnceLock::new());
         let session = Session::new(self.fs(opts, &serving, &notifier), mountpoint, &cfg)
@@ -492,12 +487,7 @@ impl Workspace {
             e
         };
         let fd = crate::uring::mount::mount(mountpoint, opts).map_err(unclaim)?;
-        let acl = if opts.allow_other {
-            SessionACL::All
-        } else {
-            SessionACL::Owner
-        };
-        let cfg = self.config(opts, acl);
+        let cfg = self.config(opts, session_acl(opts));
         let serving = Arc::new(());
         let notifier = Arc::new(OnceLock::new());
         let (session_fs, ring_fs) = (
@@ -518,7 +508,7 @@ impl Workspace {
                 mountpoint.to_path_buf(),
             )(e))
         })?;
-        let session = Session::from_fd(session_fs, session_fd, acl, cfg)
+        let session = Session::from_fd(session_fs, session_fd, session_acl(opts), cfg)
             .and_then(|s| {
                 let _ = notifier.set(s.notifier());
                 s.spawn()
@@ -786,5 +776,15 @@ impl Drop for MountHandle {
             }
         }
         let _ = self.join_inner();
+    }
+}
+
+/// Which users fuser's session serves: every user with `allow_other`,
+/// else only the one who mounted.
+fn session_acl(opts: &MountOptions) -> SessionACL {
+    if opts.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
     }
 }
