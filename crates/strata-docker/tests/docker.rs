@@ -9,7 +9,6 @@
 use strata_testkit::contract;
 use strata_testkit::docker as common;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,7 +18,7 @@ use serde_json::Value;
 use strata_docker::container::{self, labels, Expected};
 use strata_docker::{DockerBackend, Engine, DEFAULT_SOCKET};
 use strata_sandbox::{
-    launch, Backend, BackendError, CreateRequest, Filter, Limits, SandboxId, SandboxInfo, State,
+    launch, Backend, BackendError, CreateRequest, Filter, SandboxId, SandboxInfo, State,
 };
 
 /// A state root and a Store of our own, one backend, the test image.
@@ -114,15 +113,8 @@ impl Harness for Env {
         self.backend.state_root()
     }
     fn request(&self, name: Option<&str>) -> CreateRequest {
-        let mut req = CreateRequest::new(self.store.path());
-        req.name = name.map(String::from);
-        req.labels = BTreeMap::from([("suite".to_string(), "docker".to_string())]);
-        req.daemon_exe = Some(self.fake.clone());
+        let mut req = contract::suite_request(self.store.path(), "docker", &self.fake, name);
         req.image = Some(self.image.clone());
-        req.limits = Limits {
-            pids: Some(256),
-            ..Limits::default()
-        };
         req
     }
     fn host_path(&self, info: &SandboxInfo, inside: &Path) -> PathBuf {

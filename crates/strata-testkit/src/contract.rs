@@ -93,6 +93,26 @@ pub const CASES: &[(&str, Case)] = &[
     ),
 ];
 
+/// The request every harness starts [`Harness::request`] from: the Store,
+/// label `suite=<suite>`, the fake daemon `daemon`, and a pids limit so
+/// that the Sandbox gets a cgroup whose removal is tested.
+pub fn suite_request(
+    store: &Path,
+    suite: &str,
+    daemon: &Path,
+    name: Option<&str>,
+) -> CreateRequest {
+    let mut req = CreateRequest::new(store);
+    req.name = name.map(String::from);
+    req.labels = BTreeMap::from([("suite".to_string(), suite.to_string())]);
+    req.daemon_exe = Some(daemon.to_path_buf());
+    req.limits = strata_sandbox::Limits {
+        pids: Some(256),
+        ..Default::default()
+    };
+    req
+}
+
 /// One change that makes a request invalid.
 pub type Edit = Box<dyn Fn(&mut CreateRequest) + Sync>;
 

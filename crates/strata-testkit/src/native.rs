@@ -7,12 +7,11 @@
 //! `strata-contract-native` (this crate's binary) inside a project VM's
 //! guest (docs/microvm.md).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use strata_sandbox::{
-    Backend, Cgroup, CreateRequest, Expose, Limits, NativeBackend, SandboxId, SandboxInfo,
+    Backend, Cgroup, CreateRequest, Expose, NativeBackend, SandboxId, SandboxInfo,
 };
 
 use crate::contract::{self, Edit, Harness};
@@ -93,16 +92,7 @@ impl Harness for Native {
         self.backend.state_root()
     }
     fn request(&self, name: Option<&str>) -> CreateRequest {
-        let mut req = CreateRequest::new(self.store.path());
-        req.name = name.map(String::from);
-        req.labels = BTreeMap::from([("suite".to_string(), "native".to_string())]);
-        req.daemon_exe = Some(self.fake.clone());
-        // A limit, so that the Sandbox gets a cgroup and its removal is tested.
-        req.limits = Limits {
-            pids: Some(256),
-            ..Limits::default()
-        };
-        req
+        contract::suite_request(self.store.path(), "native", &self.fake, name)
     }
     fn host_path(&self, _info: &SandboxInfo, inside: &Path) -> PathBuf {
         // The state directory is bound at the same path inside and out.
