@@ -268,16 +268,9 @@ fn wait_gone(m: ProcId, within: Duration) -> bool {
 /// poll(2) `fd` for POLLIN for at most `d`; how it ended does not matter
 /// (the caller checks the process itself).
 fn wait_readable(fd: &std::os::fd::OwnedFd, d: Duration) {
-    use std::os::fd::AsRawFd;
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = d.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd for the duration of the call; `fd` is open
-    // (borrowed from the caller).
-    unsafe { libc::poll(&mut p, 1, ms) };
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let timeout = Timespec::try_from(d).ok();
+    let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], timeout.as_ref());
 }
 
 /// How often start polls `daemon.out` for the marker. Short:
