@@ -168,7 +168,54 @@ impl Workspace {
             .await
     }
 
+    /// Stream the regular file at `path` into `out` as its bytes arrive,
+    /// never holding more than one frame of it in memory; returns the
+    /// number of bytes written. For large files this is the cheap way:
+    /// [`Workspace::read_file`] must first fault in a buffer of the whole
+    /// file, which on this project's machines costs about as much CPU as
+    /// the transfer itself (docs/benchmarks.md, "The file route, streamed").
+    /// Errors as [`Workspace::read_file`]; a failing `out` is
+    /// [`crate::Error::Io`] and ends the read.
+    pub async fn read_file_to<W: std::io::Write + ?Sized>(
+        &self,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64> {
+        let mut n = 0u64;
+        self.read_with(path, None, |_, b| {
+            n += b.len() as u64;
+            out.write_all(b)
+        })
+        .await?;
+        Ok(n)
+    }
+
     async fn read(&self, path: &str, range: Option<String>) -> Result<Vec<u8>> {
+        // Straight into one buffer of the announced size: collecting the
+        // frames and then flattening them copied a 32 MiB file twice more
+        // and held the read to ~500 MB/s (docs/benchmarks.md, "strata
+        // serve"); a body larger than announced still grows the buffer.
+        let mut out = Vec::new();
+        self.read_with(path, range, |announced, b| {
+            if out.capacity() == 0 {
+                out.reserve_exact(announced.min(READ_PREALLOC_MAX).max(b.len()));
+            }
+            out.extend_from_slice(b);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// The file route's GET: `sink` takes a successful answer's frames in
+    /// order, each with the announced Content-Length (0 if none). An error
+    /// answer's body is read whole and becomes the error.
+    async fn read_with(
+        &self,
+        path: &str,
+        range: Option<String>,
+        mut sink: impl FnMut(usize, &[u8]) -> std::io::Result<()>,
+    ) -> Result<()> {
         use http_body_util::BodyExt;
         let url = self.files_url("files", path, "");
         let resp = self
@@ -182,27 +229,30 @@ impl Workspace {
             )
             .await?;
         let status = resp.status();
-        // Straight into one buffer of the announced size: collecting the
-        // frames and then flattening them copied a 32 MiB file twice more
-        // and held the read to ~500 MB/s (docs/benchmarks.md, "strata
-        // serve"); a body larger than announced still grows the buffer.
-        let announced = resp
+        let length = resp
             .headers()
             .get(hyper::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
             .unwrap_or(0);
-        let mut out = Vec::with_capacity(announced.min(READ_PREALLOC_MAX));
         let mut body = resp.into_body();
+        if !status.is_success() {
+            let mut err = Vec::new();
+            while let Some(frame) = body.frame().await {
+                let frame =
+                    frame.map_err(|e| self.client.proto(format!("reading {path:?}: {e}")))?;
+                if let Some(data) = frame.data_ref() {
+                    err.extend_from_slice(data);
+                }
+            }
+            return Err(self.client.error_from(status, &err));
+        }
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.client.proto(format!("reading {path:?}: {e}")))?;
             if let Some(data) = frame.data_ref() {
-                out.extend_from_slice(data);
+                sink(length, data).map_err(crate::error::Error::io("write the bytes of", path))?;
             }
         }
-        if !status.is_success() {
-            return Err(self.client.error_from(status, &out));
-        }
-        Ok(out)
+        Ok(())
     }
 
     /// Create or replace the file at `path` with `bytes` (missing parent

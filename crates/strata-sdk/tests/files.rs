@@ -196,6 +196,40 @@ async fn round_trip_owner_and_commit(dir: &std::path::Path) {
         ws.read_range("deep/er/big.bin", 3_000_000, 1).await,
         "range past the end",
     );
+    // Streamed: the same bytes in order, counted; a missing file is
+    // NotFound before any byte; a writer that fails ends the read with
+    // an Io error naming the file, and the daemon still answers.
+    let mut streamed = Vec::new();
+    let n = ws
+        .read_file_to("deep/er/big.bin", &mut streamed)
+        .await
+        .expect("streamed read");
+    assert_eq!((n, streamed == big), (3_000_000, true));
+    let mut untouched = Vec::new();
+    match ws.read_file_to("deep/er/nope.bin", &mut untouched).await {
+        Err(strata_sdk::Error::NotFound { .. }) => assert!(untouched.is_empty()),
+        other => panic!("a missing file streamed: {other:?}"),
+    }
+    struct Full(usize);
+    impl std::io::Write for Full {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            if self.0 + b.len() > 100_000 {
+                return Err(std::io::Error::other("disk full"));
+            }
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match ws.read_file_to("deep/er/big.bin", &mut Full(0)).await {
+        Err(e @ strata_sdk::Error::Io { .. }) => {
+            assert!(e.to_string().contains("deep/er/big.bin"), "{e}")
+        }
+        other => panic!("a failing writer: {other:?}"),
+    }
+    assert_eq!(ws.stat("deep/er/big.bin").await.unwrap().size, 3_000_000);
     ws.write_file_mode("run.sh", &b"#!/bin/sh\necho ran\n"[..], Some(0o755))
         .await
         .unwrap();

@@ -13,14 +13,44 @@ use crate::api::{ErrorCode, FileEntry, ListResponse, MkdirRequest, RenameRequest
 use crate::files::{FileError, RelPath, Root};
 
 /// Bytes read from the file per piece of a streamed answer; at most
-/// [`READ_AHEAD`] pieces wait for a slow client. A piece stays under the
-/// daemon's fixed mmap threshold (128 KiB, `strata_sandbox::heap`) so that
-/// it comes from malloc's arena and is reused: 1 MiB pieces were each a
-/// fresh mmap, faulted in page by page and unmapped again, and the page
-/// faults were the largest cost of a 32 MiB read (docs/benchmarks.md,
-/// "strata serve").
-const READ_CHUNK: usize = 64 << 10;
-const READ_AHEAD: usize = 16;
+/// [`READ_AHEAD`] pieces wait for a slow client (1 MiB in flight). A
+/// piece's buffer goes back to its answer's [`Pool`] once hyper has
+/// written it, so a long read reuses a handful of buffers: no malloc, no
+/// zeroing and no page faults per piece. Fresh buffers per piece were the
+/// largest cost of a 32 MiB read at 1 MiB (each a new mmap, above the
+/// daemon's fixed 128 KiB threshold, `strata_sandbox::heap`) and still
+/// memset at 64 KiB; 256 KiB pieces also make a quarter of the frames
+/// (docs/benchmarks.md, "strata serve").
+const READ_CHUNK: usize = 256 << 10;
+const READ_AHEAD: usize = 4;
+
+/// The buffers of one streamed answer, reused piece after piece.
+type Pool = Arc<parking_lot::Mutex<Vec<Vec<u8>>>>;
+
+/// One piece of a streamed answer: `len` bytes of `buf`, whose buffer
+/// returns to `pool` when the frame is dropped (written or abandoned).
+struct Piece {
+    buf: Vec<u8>,
+    len: usize,
+    pool: Pool,
+}
+
+impl AsRef<[u8]> for Piece {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Piece {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        let mut pool = self.pool.lock();
+        // More than the pieces that can be in flight is never needed.
+        if pool.len() <= READ_AHEAD + 2 {
+            pool.push(buf);
+        }
+    }
+}
 
 #[derive(Deserialize)]
 pub(super) struct PathQuery {
@@ -151,18 +181,23 @@ pub(super) async fn file_read(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(READ_AHEAD);
     tokio::task::spawn_blocking(move || {
         use std::os::unix::fs::FileExt;
+        let pool = Pool::default();
         let mut off = start;
         while off < end {
             let n = (end - off).min(READ_CHUNK as u64) as usize;
-            let mut buf = vec![0u8; n];
-            match file.read_at(&mut buf, off) {
+            let mut buf = pool.lock().pop().unwrap_or_else(|| vec![0u8; READ_CHUNK]);
+            match file.read_at(&mut buf[..n], off) {
                 // The file shrank under us: end the body early (the
                 // client sees fewer bytes than Content-Length).
                 Ok(0) => break,
                 Ok(k) => {
-                    buf.truncate(k);
                     off += k as u64;
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                    let piece = Piece {
+                        buf,
+                        len: k,
+                        pool: pool.clone(),
+                    };
+                    if tx.blocking_send(Ok(Bytes::from_owner(piece))).is_err() {
                         return;
                     }
                 }
