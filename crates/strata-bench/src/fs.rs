@@ -68,7 +68,7 @@ fn targets(ctx: &Ctx, store: &Store) -> anyhow::Result<Vec<Target>> {
     ];
     let uring = strata_workspace::uring::probe();
     match &uring.unusable {
-        None => mounts.push((URING, false, Transport::IoUring)),
+        None => mounts.push((URING, true, Transport::IoUring)),
         Some(why) => eprintln!("FUSE io_uring is unusable ({why}): its column is left out"),
     }
     for (name, passthrough, transport) in mounts {
@@ -134,8 +134,10 @@ fn targets(ctx: &Ctx, store: &Store) -> anyhow::Result<Vec<Target>> {
 
 type Workload = fn(&Ctx, &Path, &Path) -> anyhow::Result<f64>;
 
-/// The column of the Workspace served over FUSE io_uring (no passthrough:
-/// the twin of "workspace no-passthrough", docs/benchmarks.md).
+/// The column of the Workspace served over FUSE io_uring, with passthrough
+/// like the default mount: what `STRATA_FUSE_TRANSPORT=auto` mounts, set
+/// beside the /dev/fuse passthrough column it would replace
+/// (docs/benchmarks.md; until 2026-12-02 this column had no passthrough).
 const URING: &str = "workspace io_uring";
 
 /// The goal of a metadata row (ms, lower is better) for column `name`:

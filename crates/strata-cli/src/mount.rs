@@ -179,7 +179,7 @@ pub async fn ws_mount(ctx: &Ctx, a: WsMountArgs) -> Result<()> {
     let ws = sb.mount(&a.reference, Some(&a.at)).await?;
     let (id, path) = (ws.id().to_string(), ws.path().to_string());
     ctx.emit(
-        json!({"workspace": id, "path": path, "sandbox": sb.id(), "branch": ws.branch(), "base": ws.base()}),
+        json!({"workspace": id, "path": path, "sandbox": sb.id(), "branch": ws.branch(), "base": ws.base(), "transport": ws.transport()}),
         || id.clone(),
     )
 }

@@ -127,6 +127,13 @@ pub struct CreateArgs {
     /// world-readable). Never the Store or strata's state.
     #[arg(long = "expose", value_name = "HOST_PATH[:rw]", value_parser = parse_expose)]
     pub expose: Vec<strata_sdk::Expose>,
+    /// How the Sandbox's Workspaces serve FUSE requests: dev-fuse
+    /// (/dev/fuse reads), auto (FUSE over io_uring when the kernel offers
+    /// it, else /dev/fuse) or uring (io_uring or mounts fail). Default:
+    /// $STRATA_FUSE_TRANSPORT, else dev-fuse. Native and docker backends
+    /// (a server or a VM decides for its own Sandboxes).
+    #[arg(long, value_name = "dev-fuse|auto|uring")]
+    pub fuse_transport: Option<strata_sdk::Transport>,
 }
 
 /// `--expose`: the syntax here (a malformed argument is a usage error,
@@ -158,7 +165,13 @@ fn info_json(i: &strata_sdk::SandboxInfo) -> serde_json::Value {
 }
 
 pub fn ws_json(w: &Workspace) -> serde_json::Value {
-    json!({"workspace": w.id(), "path": w.path(), "branch": w.branch(), "base": w.base()})
+    json!({
+        "workspace": w.id(),
+        "path": w.path(),
+        "branch": w.branch(),
+        "base": w.base(),
+        "transport": w.transport(),
+    })
 }
 
 pub fn sandbox(ctx: &Ctx, cmd: SandboxCmd) -> Result<ExitCode> {
@@ -223,6 +236,7 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
                 (BackendArg::Microvm, None) => None,
             };
             spec.expose = a.expose;
+            spec.fuse_transport = a.fuse_transport;
             let sb = match a.backend {
                 BackendArg::Microvm if ctx.remote.is_some() => anyhow::bail!(
                     "--backend microvm with --remote: a project's VM is started on the host that runs this command; leave --remote out"
@@ -286,6 +300,12 @@ async fn sandbox_async(ctx: &Ctx, cmd: SandboxCmd) -> Result<()> {
             // What was asked at create (network, limits, root), as recorded.
             v["config"] = serde_json::to_value(&sb.info().config).unwrap_or_default();
             v["workspaces"] = json!(wss.iter().map(ws_json).collect::<Vec<_>>());
+            // How its mounts serve FUSE, as the daemon was configured
+            // (null when it is not running or too old to say).
+            v["fuse_transport"] = match running {
+                true => json!(sb.health().await.ok().and_then(|h| h.fuse_transport)),
+                false => json!(null),
+            };
             ctx.emit(v.clone(), || {
                 let mut s = serde_json::to_string_pretty(&v).unwrap_or_default();
                 s.push('\n');

@@ -108,6 +108,11 @@ pub struct Health {
     /// start (their scratch is kept as it was). Empty when all were.
     #[serde(default)]
     pub unrecovered: Vec<UnrecoveredWorkspace>,
+    /// The FUSE transport this daemon mounts with, as configured
+    /// (`dev-fuse`, `auto` or `uring`; see `WorkspaceInfo::transport` for
+    /// what a mount got). Absent from daemons older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_transport: Option<String>,
 }
 
 /// A Workspace the daemon could not serve again at start (see
@@ -147,6 +152,11 @@ pub struct WorkspaceInfo {
     pub branch: String,
     /// The commit the Workspace shows changes against (hex).
     pub base: String,
+    /// What serves this mount's FUSE requests: `io_uring` or `/dev/fuse`
+    /// (with `auto`, /dev/fuse where the kernel refused io_uring). Absent
+    /// from daemons older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
 }
 
 /// One changed path of `GET /v1/workspaces/{id}/status`.

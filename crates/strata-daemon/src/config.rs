@@ -68,6 +68,15 @@ pub struct DaemonConfig {
     /// over the others' Workspaces.
     #[serde(default)]
     pub recover_workspaces: bool,
+    /// How this daemon's mounts serve FUSE requests: `dev-fuse`, `auto`
+    /// (FUSE over io_uring when the kernel offers it) or `uring` (io_uring
+    /// or the mount fails). Unset: the daemon's own
+    /// `STRATA_FUSE_TRANSPORT`, else /dev/fuse. A Sandbox's daemon starts
+    /// with a cleared environment, so the SDK writes the creator's choice
+    /// here (`SandboxSpec::fuse_transport`); a host mount's daemon inherits
+    /// the environment of `strata mount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fuse_transport: Option<strata_workspace::Transport>,
 }
 
 impl DaemonConfig {
@@ -93,7 +102,15 @@ impl DaemonConfig {
             max_write_bytes: None,
             allow_any_fs: false,
             recover_workspaces: false,
+            fuse_transport: None,
         }
+    }
+
+    /// The transport this daemon mounts with (see
+    /// [`DaemonConfig::fuse_transport`]).
+    pub fn transport(&self) -> strata_workspace::Transport {
+        self.fuse_transport
+            .unwrap_or_else(strata_workspace::Transport::from_env)
     }
 
     /// Read a config file. It must not be readable by group or others
@@ -179,4 +196,29 @@ pub use strata_sandbox::backend::state::{new_token, write_private};
 /// Write `token` to `path` with mode 0600 ([`write_private`]).
 pub fn write_token(path: &Path, token: &str) -> std::io::Result<()> {
     write_private(path, format!("{token}\n").as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_workspace::Transport;
+
+    /// The transport is written as in STRATA_FUSE_TRANSPORT, left out when
+    /// unset (older daemons' configs), and a wrong name is refused at
+    /// load rather than read as /dev/fuse.
+    #[test]
+    fn fuse_transport_round_trips_and_a_wrong_name_is_refused() {
+        let p = PathBuf::from("/x");
+        let mut cfg = DaemonConfig::new(p.clone(), p.clone(), p.clone(), p.clone(), p);
+        let unset = serde_json::to_value(&cfg).unwrap();
+        assert!(unset.get("fuse_transport").is_none(), "{unset}");
+        cfg.fuse_transport = Some(Transport::IoUring);
+        let mut v = serde_json::to_value(&cfg).unwrap();
+        assert_eq!(v["fuse_transport"], "uring");
+        let back: DaemonConfig = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back.transport(), Transport::IoUring);
+        v["fuse_transport"] = "io_uring".into();
+        let e = serde_json::from_value::<DaemonConfig>(v).unwrap_err();
+        assert!(e.to_string().contains("io_uring"), "{e}");
+    }
 }

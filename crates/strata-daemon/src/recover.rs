@@ -63,11 +63,13 @@ pub(crate) fn workspace_options(config: &DaemonConfig) -> WorkspaceOptions {
 }
 
 /// How a Sandbox's Workspaces are mounted: `allow_other`, so that the
-/// commands' uid reaches the root daemon's mount.
-pub(crate) fn mount_options(id: &str) -> MountOptions {
+/// commands' uid reaches the root daemon's mount, over the configured
+/// transport.
+pub(crate) fn mount_options(config: &DaemonConfig, id: &str) -> MountOptions {
     MountOptions {
         allow_other: true,
         fsname: format!("strata:{id}"),
+        transport: config.transport(),
         ..Default::default()
     }
 }
@@ -143,12 +145,15 @@ pub(crate) fn prepare_mountpoint(at: &Path) -> Result<OwnedFd, ApiError> {
 /// preparation and mount(2) (which follows symlinks) would move the
 /// mount. The mount must be listed in /proc/self/mountinfo at `at`
 /// exactly; if not, it is detached where it landed and refused.
-pub(crate) fn mount_checked(ws: &Workspace, at: &Path) -> Result<MountHandle, ApiError> {
+pub(crate) fn mount_checked(
+    config: &DaemonConfig,
+    ws: &Workspace,
+    at: &Path,
+) -> Result<MountHandle, ApiError> {
     let _dir = prepare_mountpoint(at)?;
-    let handle = ws
-        .mount(at, &mount_options(ws.id()))
-        .map_err(crate::error::ws_error)?;
-    let fsname = mount_options(ws.id()).fsname;
+    let opts = mount_options(config, ws.id());
+    let handle = ws.mount(at, &opts).map_err(crate::error::ws_error)?;
+    let fsname = opts.fsname;
     let landed = std::fs::read_to_string(strata_sandbox::mounts::MOUNTINFO)
         .map(|t| mount_points_of(&t, &fsname))
         .unwrap_or_default();
@@ -344,7 +349,7 @@ fn recover_one(
             rec.path.display()
         ));
     }
-    let handle = mount_checked(&ws, &rec.path).map_err(|e| e.detail.message)?;
+    let handle = mount_checked(config, &ws, &rec.path).map_err(|e| e.detail.message)?;
     Ok(WsEntry {
         ws,
         handle: Some(handle),

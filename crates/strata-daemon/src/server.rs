@@ -183,6 +183,7 @@ async fn health(State(st): St) -> Json<Health> {
         workspaces: st.workspaces.lock().len(),
         running_execs: running,
         unrecovered: st.unrecovered.lock().clone(),
+        fuse_transport: Some(st.config.transport().as_str().to_string()),
     })
 }
 

@@ -84,6 +84,7 @@ pub use store::Store;
 /// The wire types of `strata serve` (change sets for [`Client::commit_changes`]).
 pub use strata_api as wire;
 pub use strata_daemon::api::{FileEntry, FileKind};
+pub use strata_workspace::Transport;
 pub use workspace::{Change, CommitOutcome, Workspace};
 
 /// Handle the hidden subcommands this binary may be re-executed as

@@ -152,6 +152,12 @@ pub async fn create(mut spec: SandboxSpec, vm_spec: MicroVm) -> Result<Sandbox> 
             "a Sandbox in a VM sees the guest's view of the host's system directories only; leave it unset",
         ));
     }
+    if spec.fuse_transport.is_some() {
+        return Err(Error::invalid(
+            "SandboxSpec::fuse_transport with microvm",
+            "the guest's server decides how its mounts serve FUSE (its STRATA_FUSE_TRANSPORT); leave it unset",
+        ));
+    }
     let cfg = vm_spec.config()?;
     let root = cfg.state_root.clone();
     let project = cfg.project.clone();

@@ -655,6 +655,12 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
     // The scratch directory is this Sandbox's alone: a restarted daemon
     // mounts its Workspaces again (Sandbox::restart).
     cfg.recover_workspaces = true;
+    // The daemon starts with a cleared environment: the creator's choice
+    // (the spec, else its STRATA_FUSE_TRANSPORT) travels in the config.
+    cfg.fuse_transport = Some(
+        spec.fuse_transport
+            .unwrap_or_else(strata_workspace::Transport::from_env),
+    );
     let install = DaemonInstall {
         args: vec![
             strata_daemon::DAEMON_ARG.into(),

@@ -87,6 +87,12 @@ fn sandbox(remote: &Remote, w: wire::SandboxInfo) -> Sandbox {
 }
 
 fn no_host_paths(spec: &SandboxSpec) -> Result<()> {
+    if spec.fuse_transport.is_some() {
+        return Err(Error::invalid(
+            "SandboxSpec::fuse_transport through a server",
+            "the server's host decides how its mounts serve FUSE (its STRATA_FUSE_TRANSPORT); leave it unset",
+        ));
+    }
     let given = [
         ("rootfs", spec.rootfs.is_some()),
         ("daemon_exe", spec.daemon_exe.is_some()),

@@ -63,6 +63,18 @@ pub struct SandboxSpec {
     /// Run in this project's microVM ([`crate::microvm`]), started if
     /// needed: a native Sandbox inside the VM, reached through its server.
     pub microvm: Option<crate::microvm::MicroVm>,
+    /// How the Sandbox's Workspaces serve FUSE requests: `DevFuse`
+    /// (read(2)/write(2) on /dev/fuse), `IoUringIfAvailable` (FUSE over
+    /// io_uring when the kernel offers it, else /dev/fuse) or `IoUring`
+    /// (io_uring, or every mount fails saying why). `None`: this process's
+    /// `STRATA_FUSE_TRANSPORT` (`dev-fuse`, `auto`, `uring`; unset:
+    /// /dev/fuse), read at create. Either way the choice is written into
+    /// the daemon's configuration, so a restart keeps it; the daemon's
+    /// health (`fuse_transport`) and each Workspace
+    /// ([`crate::Workspace::transport`]) report it. Native and docker
+    /// backends; through a server or in a microVM, the environment of
+    /// the server that creates the Sandbox decides.
+    pub fuse_transport: Option<strata_workspace::Transport>,
 }
 
 impl SandboxSpec {
@@ -83,7 +95,13 @@ impl SandboxSpec {
             expose: Vec::new(),
             project: None,
             microvm: None,
+            fuse_transport: None,
         }
+    }
+    /// Set the FUSE transport (see [`SandboxSpec::fuse_transport`]).
+    pub fn fuse_transport(mut self, t: strata_workspace::Transport) -> Self {
+        self.fuse_transport = Some(t);
+        self
     }
     /// Show the host path `path` to commands, read-only (`writable`:
     /// read-write), at the same path.

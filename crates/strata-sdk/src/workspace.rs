@@ -103,6 +103,12 @@ impl Workspace {
     pub fn base(&self) -> &str {
         &self.info.base
     }
+    /// What serves the mount's FUSE requests, as its daemon reported at
+    /// mount: `io_uring` or `/dev/fuse` (`None` from a daemon too old to
+    /// say). See [`crate::SandboxSpec::fuse_transport`].
+    pub fn transport(&self) -> Option<&str> {
+        self.info.transport.as_deref()
+    }
 
     /// Changed paths relative to the base commit.
     pub async fn status(&self) -> Result<Vec<Change>> {

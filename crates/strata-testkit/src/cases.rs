@@ -7,7 +7,10 @@
 //! anything else, which libtest's generated `main` cannot do. This is what
 //! such a `main` then needs from a harness: each case runs to its end or
 //! panics; a panic is reported and counted and the next case still runs;
-//! names given on the command line pick cases as libtest's filter does;
+//! names given on the command line pick cases as libtest's filter does,
+//! and `--skip NAME` leaves out the cases whose name contains NAME (as
+//! libtest's, so that `cargo test --workspace -- --skip NAME` means the
+//! same to every test binary);
 //! `--ignored` (or `--include-ignored`) asks for the full forms; at the end
 //! the caller's clean-up runs (closing what failed cases left running) and
 //! the process exits 1 if a case failed or if the filter picked none.
@@ -30,6 +33,7 @@ pub struct Cases<'a> {
     rt: &'a tokio::runtime::Runtime,
     dir: &'a Path,
     filter: Vec<String>,
+    skip: Vec<String>,
     full: bool,
     ran: usize,
     failed: usize,
@@ -41,14 +45,25 @@ impl<'a> Cases<'a> {
     /// its name contains one); `--ignored` or `--include-ignored` sets
     /// [`Cases::full`].
     pub fn from_args(rt: &'a tokio::runtime::Runtime, dir: &'a Path) -> Self {
-        let args: Vec<String> = std::env::args().skip(1).collect();
+        let (mut filter, mut skip, mut full) = (Vec::new(), Vec::new(), false);
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--ignored" | "--include-ignored" => full = true,
+                "--skip" => skip.extend(args.next()),
+                _ => match a.strip_prefix("--skip=") {
+                    Some(name) => skip.push(name.to_string()),
+                    None if !a.starts_with('-') => filter.push(a),
+                    None => {}
+                },
+            }
+        }
         Cases {
             rt,
             dir,
-            full: args
-                .iter()
-                .any(|a| a == "--ignored" || a == "--include-ignored"),
-            filter: args.into_iter().filter(|a| !a.starts_with('-')).collect(),
+            full,
+            filter,
+            skip,
             ran: 0,
             failed: 0,
         }
@@ -60,7 +75,8 @@ impl<'a> Cases<'a> {
     }
 
     fn picked(&self, name: &str) -> bool {
-        self.filter.is_empty() || self.filter.iter().any(|f| name.contains(f.as_str()))
+        (self.filter.is_empty() || self.filter.iter().any(|f| name.contains(f.as_str())))
+            && !self.skip.iter().any(|s| name.contains(s.as_str()))
     }
 
     /// Run one case with the shared directory; prints `test NAME ... ok

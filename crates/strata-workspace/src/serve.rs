@@ -44,6 +44,14 @@ pub(crate) struct Later {
     pub inval_attr: Option<u64>,
 }
 
+impl Later {
+    /// Nothing to do after the reply (the ring then needs no submission of
+    /// its own before doing it).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inval_attr.is_none()
+    }
+}
+
 /// The answer to GETXATTR and LISTXATTR.
 pub(crate) enum Xattr {
     /// The caller asked for the size only (size 0).

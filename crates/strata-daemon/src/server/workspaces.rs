@@ -8,6 +8,7 @@ pub(super) fn ws_info(id: &str, e: &WsEntry) -> WorkspaceInfo {
         path: e.path.display().to_string(),
         branch: e.ws.branch().to_string(),
         base: e.ws.base().to_hex(),
+        transport: e.handle.as_ref().map(|h| h.transport().to_string()),
     }
 }
 
@@ -45,7 +46,7 @@ pub(super) async fn mount(
         // Recorded before it is served: a daemon that dies from here on is
         // restarted with this Workspace mounted again.
         let recorded = recover::record_mount(&st2.config, ws.id(), &at, &ws.branch().to_string());
-        let handle = match recorded.and_then(|()| recover::mount_checked(&ws, &at)) {
+        let handle = match recorded.and_then(|()| recover::mount_checked(&st2.config, &ws, &at)) {
             Ok(h) => h,
             Err(e) => {
                 let _ = recover::forget_mount(&st2.config, ws.id());

@@ -33,17 +33,37 @@ pub(crate) const MAX_WRITE: usize = 1 << 20;
 /// root can write Y).
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 
-/// Which transport a mount uses for its requests.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Which transport a mount uses for its requests. In configuration files
+/// (a Sandbox daemon's `fuse_transport`) it is written as in
+/// `STRATA_FUSE_TRANSPORT`: `dev-fuse`, `auto` or `uring`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Transport {
     /// read(2)/write(2) on /dev/fuse (fuser's session threads).
     #[default]
+    #[serde(rename = "dev-fuse")]
     DevFuse,
     /// FUSE over io_uring when [`probe`] says it is usable, /dev/fuse
     /// otherwise (the mount logs which, and why).
+    #[serde(rename = "auto")]
     IoUringIfAvailable,
     /// FUSE over io_uring or a mount error saying why not.
+    #[serde(rename = "uring")]
     IoUring,
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    /// `dev-fuse`, `auto` or `uring`; the error names the accepted values.
+    fn from_str(s: &str) -> Result<Transport, String> {
+        Transport::parse(Some(s))
+            .map_err(|bad| format!("{bad:?} is not a FUSE transport: give uring, auto or dev-fuse"))
+    }
 }
 
 impl Transport {
@@ -61,6 +81,15 @@ impl Transport {
             );
             Transport::DevFuse
         })
+    }
+
+    /// The name `STRATA_FUSE_TRANSPORT` and configuration files use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::DevFuse => "dev-fuse",
+            Transport::IoUringIfAvailable => "auto",
+            Transport::IoUring => "uring",
+        }
     }
 
     /// `None` (unset) and `dev-fuse` are /dev/fuse; `uring` and `auto` as
@@ -92,6 +121,20 @@ mod transport_tests {
             Transport::parse(Some("io_uring")),
             Err("io_uring".to_string())
         );
+        for t in [
+            Transport::DevFuse,
+            Transport::IoUringIfAvailable,
+            Transport::IoUring,
+        ] {
+            assert_eq!(t.as_str().parse::<Transport>(), Ok(t));
+            let json = serde_json::to_string(&t).unwrap();
+            assert_eq!(json, format!("\"{}\"", t.as_str()));
+            assert_eq!(serde_json::from_str::<Transport>(&json).unwrap(), t);
+        }
+        assert!("io_uring"
+            .parse::<Transport>()
+            .unwrap_err()
+            .contains("uring, auto or dev-fuse"));
     }
 }
 

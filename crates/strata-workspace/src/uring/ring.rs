@@ -337,16 +337,22 @@ impl Queue {
                     tracing::error!("ring queue {}: {e}", self.qid);
                     return false;
                 }
-                laters.push(later);
+                if !later.is_empty() {
+                    laters.push(later);
+                }
             }
-            // The answers leave with this submission; work that must follow
-            // them runs after it.
-            if let Err(e) = ring.submit() {
-                tracing::error!("ring queue {}: io_uring_enter: {e}", self.qid);
-                return false;
-            }
-            for l in laters {
-                self.fs.run_later(l);
+            // Work that must follow the answers (an invalidation) runs
+            // after a submission of its own; otherwise the answers leave
+            // with the next wait's io_uring_enter, one system call per
+            // request instead of two.
+            if !laters.is_empty() {
+                if let Err(e) = ring.submit() {
+                    tracing::error!("ring queue {}: io_uring_enter: {e}", self.qid);
+                    return false;
+                }
+                for l in laters {
+                    self.fs.run_later(l);
+                }
             }
             done.clear();
         }
