@@ -65,19 +65,32 @@ thread_local! {
 /// random-looking data does not have; trying costs a compression pass
 /// (about as long as hashing the chunk) for nothing. The test costs one
 /// pass over the bytes and 256 logarithms.
+///
+/// The pass counts into four tables, one per byte position mod 4, summed
+/// afterwards: with one table, consecutive equal bytes made each increment
+/// wait for the last one's store to the same counter, and the loop ran at
+/// about 1.5 cycles a byte (perf: ~18 ms of CPU per fresh 32 MiB file,
+/// docs/benchmarks.md). The counts, and so the decision, are the same.
 fn looks_random(raw: &[u8]) -> bool {
     if raw.len() < 1024 {
         return false;
     }
-    let mut hist = [0u32; 256];
-    for &b in raw {
-        hist[b as usize] += 1;
+    let mut tables = [[0u32; 256]; 4];
+    let mut quads = raw.chunks_exact(4);
+    for q in &mut quads {
+        tables[0][q[0] as usize] += 1;
+        tables[1][q[1] as usize] += 1;
+        tables[2][q[2] as usize] += 1;
+        tables[3][q[3] as usize] += 1;
+    }
+    for &b in quads.remainder() {
+        tables[0][b as usize] += 1;
     }
     let n = raw.len() as f64;
-    let entropy: f64 = hist
-        .iter()
-        .filter(|&&c| c > 0)
-        .map(|&c| {
+    let entropy: f64 = (0..256)
+        .map(|i| tables[0][i] + tables[1][i] + tables[2][i] + tables[3][i])
+        .filter(|&c| c > 0)
+        .map(|c| {
             let p = c as f64 / n;
             -p * p.log2()
         })
