@@ -150,8 +150,10 @@ async fn run_async(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         );
     }
 
-    if ctx.wants("end-to-end") {
-        rows.extend(end_to_end(&store, &spec, runs).await?);
+    // `--workload end-to-end` runs all four; a row's own name runs it alone.
+    let e2e = |name: &str| ctx.wants("end-to-end") || ctx.wants(name);
+    if E2E.iter().any(|w| e2e(w.0)) {
+        rows.extend(end_to_end(&store, &spec, runs, &e2e).await?);
     }
     Ok(rows)
 }
@@ -174,10 +176,26 @@ async fn full_flow(spec: SandboxSpec, branch: &str) -> anyhow::Result<()> {
 /// The reference's end-to-end workloads with its definitions: each run
 /// mounts a Workspace of its own branch, works through execs, commits and
 /// unmounts; the time covers all of it.
+type Work = (&'static str, f64, f64);
+
+/// The end-to-end workloads: name, the reference's published figure, goal
+/// (0: beat the reference).
+const E2E: [Work; 4] = [
+    ("cold create of a 32 MiB file, commit", 161.0, 120.0),
+    (
+        "16 x 10-byte overwrites across 32 MiB, commit after each",
+        169.0,
+        85.0,
+    ),
+    ("prepend 10 B via temp copy + rename, commit", 232.0, 0.0),
+    ("read 32 MiB", 119.0, 0.0),
+];
+
 async fn end_to_end(
     store: &Store,
     spec: &dyn Fn() -> SandboxSpec,
     runs: usize,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> anyhow::Result<Vec<Row>> {
     let sb = Sandbox::create(spec()).await?;
     // A branch holding a 32 MiB random file, for the edit and read rows.
@@ -193,27 +211,22 @@ async fn end_to_end(
             )
         })
         .collect::<Vec<_>>();
-    type Work = (&'static str, f64, f64);
-    let defs: [Work; 4] = [
-        ("cold create of a 32 MiB file, commit", 161.0, 120.0),
-        (
-            "16 x 10-byte overwrites across 32 MiB, commit after each",
-            169.0,
-            85.0,
-        ),
-        ("prepend 10 B via temp copy + rename, commit", 232.0, 0.0),
-        ("read 32 MiB", 119.0, 0.0),
-    ];
     let mut rows = Vec::new();
-    for (k, (name, reference, goal)) in defs.iter().enumerate() {
+    for (k, (name, reference, goal)) in E2E.iter().enumerate() {
+        if !wanted(name) {
+            continue;
+        }
         let mut v = Vec::new();
-        // The cold create's commit step alone.
+        // The cold create's commit step alone, and its other phases
+        // (mount, write, unmount), printed for profiles.
         let mut commit_step = Vec::new();
+        let mut phases: [Vec<f64>; 3] = Default::default();
         for r in 0..=runs {
             let branch = format!("p/e{k}r{r}");
             store.fork("p/main", &branch).await?;
             let t = Instant::now();
             let ws = sb.mount(&branch, None).await?;
+            let mounted = t.elapsed();
             match k {
                 0 => {
                     sh(&ws, &format!("head -c {MIB32} /dev/urandom > new")).await?;
@@ -221,6 +234,8 @@ async fn end_to_end(
                     commit(&ws, name).await?;
                     if r > 0 {
                         commit_step.push(ms(c.elapsed()));
+                        phases[0].push(ms(mounted));
+                        phases[1].push(ms(c - t) - ms(mounted));
                     }
                 }
                 1 => {
@@ -239,10 +254,18 @@ async fn end_to_end(
                 }
                 _ => sh(&ws, "cat big > /dev/null").await?,
             }
+            let u = Instant::now();
             ws.unmount(false).await?;
             if r > 0 {
                 v.push(ms(t.elapsed()));
+                if k == 0 {
+                    phases[2].push(ms(u.elapsed()));
+                }
             }
+        }
+        if k == 0 {
+            let [m, w, u] = phases.map(median);
+            eprintln!("  {name}: mount {m:.1} ms, write {w:.1} ms, unmount {u:.1} ms (medians)");
         }
         let m = median(v);
         let (g, met) = if *goal > 0.0 {

@@ -16,6 +16,10 @@ use std::thread::JoinHandle;
 const BATCH_BYTES: usize = 32 << 20;
 const BATCH_OBJECTS: usize = 50_000;
 
+/// A streaming batch ([`Batch::streaming`]) hands its objects over in parts
+/// of this many bytes.
+const PART_BYTES: usize = 2 << 20;
+
 /// After a transaction or a read of at least this many bytes a connection
 /// gives its cached pages back ([`shrink_cache`]).
 pub(crate) const SHRINK_AFTER: usize = 8 << 20;
@@ -41,10 +45,24 @@ type Counts = (u64, u64);
 /// stopped, and a perf timeline of a 100,000-file import showed one thread
 /// running alone at every flush. Small writes (one file, one tree) never
 /// fill a batch and never start a thread.
+///
+/// A streaming batch hands its objects over in parts of [`PART_BYTES`], and
+/// its flusher inserts each part as it arrives, into a transaction that
+/// stays open until [`BATCH_BYTES`] are in it or the batch is flushed. So
+/// the transactions are as large as before (a failure keeps no more than
+/// before), but the inserts run beside the preparation of the next objects
+/// instead of after all of them: a fresh 32 MiB file was prepared on both
+/// cores and then inserted on one, alone (docs/benchmarks.md). The open
+/// transaction holds the Store's write connection between parts, so only
+/// a writer that takes no other write lock until its flush may stream (one
+/// file's content: `Store::write_file_from_path`).
 pub(crate) struct Batch<'s> {
     store: &'s Store,
     pending: Vec<Prepared>,
     bytes: usize,
+    /// Hand over at this many pending bytes.
+    hand_over_at: usize,
+    streaming: bool,
     pub(crate) new_objects: u64,
     pub(crate) new_bytes: u64,
     flusher: Option<Flusher>,
@@ -64,16 +82,26 @@ impl<'s> Batch<'s> {
             store,
             pending: Vec::new(),
             bytes: 0,
+            hand_over_at: BATCH_BYTES,
+            streaming: false,
             new_objects: 0,
             new_bytes: 0,
             flusher: None,
         }
     }
 
+    /// A batch that streams its objects to the flusher (see [`Batch`]).
+    pub(crate) fn streaming(store: &'s Store) -> Self {
+        let mut b = Batch::new(store);
+        b.hand_over_at = PART_BYTES;
+        b.streaming = true;
+        b
+    }
+
     pub(crate) fn push(&mut self, p: Prepared) -> Result<()> {
         self.bytes += p.data.len() + 64;
         self.pending.push(p);
-        if self.bytes >= BATCH_BYTES || self.pending.len() >= BATCH_OBJECTS {
+        if self.bytes >= self.hand_over_at || self.pending.len() >= BATCH_OBJECTS {
             self.hand_over()?;
         }
         Ok(())
@@ -87,10 +115,14 @@ impl<'s> Batch<'s> {
             Some(f) => f,
             None => {
                 let store = self.store.clone();
+                let streaming = self.streaming;
                 let (tx, rx) = sync_channel::<Vec<Prepared>>(0);
                 let handle = std::thread::Builder::new()
                     .name("strata-flush".into())
                     .spawn(move || {
+                        if streaming {
+                            return insert_parts(&store, rx.into_iter());
+                        }
                         let mut counts = (0, 0);
                         for batch in rx {
                             let (n, b) = insert_batch(&store, batch)?;
@@ -156,27 +188,39 @@ impl Drop for Batch<'_> {
 }
 
 /// One transaction; returns the objects that were new and their bytes.
-fn insert_batch(store: &Store, mut batch: Vec<Prepared>) -> Result<Counts> {
-    // In id order, each insert into the id index lands next to the last one
-    // (ids are hashes: in arrival order every insert searched and dirtied a
-    // random index page).
-    batch.sort_unstable_by_key(|p| p.id);
-    let mut conn = store.writer();
-    let tx = conn
-        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-        .ctx("begin writing objects")?;
+fn insert_batch(store: &Store, batch: Vec<Prepared>) -> Result<Counts> {
+    insert_parts(store, std::iter::once(batch))
+}
+
+/// Insert `parts` in transactions of about [`BATCH_BYTES`] each (a part is
+/// never split); returns the objects that were new and their bytes.
+fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Result<Counts> {
+    let mut parts = parts.peekable();
     let mut counts = (0, 0);
-    for p in &batch {
-        if insert(&tx, p)? {
-            counts.0 += 1;
-            counts.1 += p.data.len() as u64;
+    while parts.peek().is_some() {
+        let mut conn = store.writer();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .ctx("begin writing objects")?;
+        let mut bytes = 0;
+        while bytes < BATCH_BYTES {
+            let Some(mut part) = parts.next() else { break };
+            // In id order, each insert into the id index lands next to the
+            // last one (ids are hashes: in arrival order every insert
+            // searched and dirtied a random index page).
+            part.sort_unstable_by_key(|p| p.id);
+            for p in &part {
+                bytes += p.data.len();
+                if insert(&tx, p)? {
+                    counts.0 += 1;
+                    counts.1 += p.data.len() as u64;
+                }
+            }
         }
-    }
-    tx.commit().ctx("commit written objects")?;
-    let bytes: usize = batch.iter().map(|p| p.data.len()).sum();
-    drop(batch);
-    if bytes >= SHRINK_AFTER {
-        shrink_cache(&conn);
+        tx.commit().ctx("commit written objects")?;
+        if bytes >= SHRINK_AFTER {
+            shrink_cache(&conn);
+        }
     }
     Ok(counts)
 }

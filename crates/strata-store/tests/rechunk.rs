@@ -191,18 +191,38 @@ fn sparse_and_repeated_chunks_commit_exactly() {
 
 #[test]
 fn a_streamed_file_has_the_ids_of_an_in_memory_one() {
-    // Over 64 MiB a file is read in 32 MiB blocks; the chunks near a
-    // block's end wait for the next block.
+    // Over 4 MiB a file is read in 2 MiB blocks, each cut while the one
+    // before is hashed; the chunks near a block's end wait for the next
+    // block. Sizes at and around the threshold and a whole number of
+    // blocks, zero runs (CHUNK_MAX chunks) across block ends, and a
+    // previous version (deltas) must all give the in-memory ids.
     let dir = tempfile::tempdir().unwrap();
     let store = new_store(dir.path());
-    let mut bytes = seeded_bytes(21, 70 * MIB + 4321);
-    bytes[32 * MIB - 5000..32 * MIB + 70_000].fill(0);
+    let mut bytes = seeded_bytes(21, 11 * MIB + 4321);
+    bytes[2 * MIB - 5000..2 * MIB + 70_000].fill(0);
+    bytes[6 * MIB - 3..6 * MIB + 20_000].fill(0);
     let path = dir.path().join("big");
+    let mut prev = None;
+    for len in [4 * MIB, 4 * MIB + 1, 6 * MIB, 11 * MIB + 4321] {
+        let bytes = &bytes[..len];
+        std::fs::write(&path, bytes).unwrap();
+        let streamed = store.write_file_from_path(&path, None).unwrap();
+        assert_eq!(streamed, store.write_file_bytes(bytes, None).unwrap());
+        let back = store.read_file_range(&streamed, 0, len).unwrap();
+        assert!(
+            back == bytes,
+            "the streamed file of {len} bytes does not read back"
+        );
+        prev = Some(streamed);
+    }
+    // An edit of the last one, stored whole against it (deltas).
+    let prev = prev.unwrap();
+    bytes[3 * MIB..3 * MIB + 10].copy_from_slice(b"0123456789");
     std::fs::write(&path, &bytes).unwrap();
-    let streamed = store.write_file_from_path(&path, None).unwrap();
+    let streamed = store.write_file_from_path(&path, Some(&prev)).unwrap();
     assert_eq!(streamed, store.write_file_bytes(&bytes, None).unwrap());
     let back = store.read_file_range(&streamed, 0, bytes.len()).unwrap();
-    assert!(back == bytes, "the streamed file does not read back");
+    assert!(back == bytes, "the edited streamed file does not read back");
 }
 
 #[derive(Clone, Debug)]
