@@ -170,11 +170,20 @@ async fn the_waiting_helper_runs_the_next_command_with_the_full_drop(dir: &std::
         Some("0"),
         "the waiting helper is not root (it has not dropped anything yet)"
     );
-    let cgroups = std::fs::read_to_string(format!("/proc/{host}/cgroup")).unwrap();
-    assert!(
-        cgroups.lines().any(|l| l.ends_with("/commands")),
-        "the waiting helper is not in the commands' cgroup: {cgroups}"
-    );
+    // Found as soon as it is spawned: it joins the commands' cgroup first
+    // thing, before it waits (and so before any command of it runs).
+    let t0 = Instant::now();
+    loop {
+        let cgroups = std::fs::read_to_string(format!("/proc/{host}/cgroup")).unwrap();
+        if cgroups.lines().any(|l| l.ends_with("/commands")) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the waiting helper is not in the commands' cgroup: {cgroups}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let h = ws.exec(["sh", "-c", SELF_REPORT]).spawn().await.unwrap();
     assert_eq!(h.pid(), inner, "the exec was not run by the waiting helper");
     let o = collect(h).await;
