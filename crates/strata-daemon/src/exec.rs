@@ -153,6 +153,8 @@ pub(crate) struct Launch {
     pub timeout: Option<Duration>,
     pub workspace: Option<String>,
     pub bound: usize,
+    /// A helper started ahead of this exec (crate::prestart), if one waits.
+    pub prestarted: Option<crate::prestart::Ready>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +168,156 @@ pub(crate) enum LaunchError {
     },
 }
 
+/// A started helper (soon the command) and our ends of its pipes.
+struct Started {
+    child: tokio::process::Child,
+    /// The read end of the helper's report pipe.
+    report: std::os::fd::OwnedFd,
+    stdout: Reader,
+    stderr: Option<Reader>,
+    stdin: Option<Writer>,
+    /// The PTY master (a dup), for resizes.
+    pty: Option<std::fs::File>,
+}
+
+/// Why a waiting helper did not take the command.
+enum HandOff {
+    /// The command is refused (bad spec): the exec fails.
+    Refused(String),
+    /// The helper is gone or the hand-off failed before anything ran: the
+    /// exec starts a helper of its own.
+    Gone(String),
+}
+
+/// Give the command to a helper started ahead of it, with pipes for its
+/// stdio (stdin /dev/null unless wanted), as [`spawn_helper`] would.
+fn hand_to_waiting(
+    ready: crate::prestart::Ready,
+    spec: &strata_sandbox::ExecSpec,
+    want_stdin: bool,
+) -> Result<Started, HandOff> {
+    use std::os::fd::{AsFd, OwnedFd};
+    let gone = |what: &str, e: std::io::Error| HandOff::Gone(format!("{what}: {e}"));
+    let (out_r, out_w) = std::io::pipe().map_err(|e| gone("stdout pipe", e))?;
+    let (err_r, err_w) = std::io::pipe().map_err(|e| gone("stderr pipe", e))?;
+    let (their_in, our_in): (OwnedFd, Option<OwnedFd>) = if want_stdin {
+        let (r, w) = std::io::pipe().map_err(|e| gone("stdin pipe", e))?;
+        (r.into(), Some(w.into()))
+    } else {
+        let null = std::fs::File::open("/dev/null").map_err(|e| gone("/dev/null", e))?;
+        (null.into(), None)
+    };
+    let crate::prestart::Ready { child, helper } = ready;
+    let report = helper
+        .hand(spec, their_in.as_fd(), out_w.as_fd(), err_w.as_fd())
+        .map_err(|e| match e {
+            strata_sandbox::HandError::Spec(e) => HandOff::Refused(e.to_string()),
+            other => HandOff::Gone(other.to_string()),
+        })?;
+    // The command's ends are the command's alone now: without our copies
+    // the readers see EOF when it (and whatever inherited them) is done.
+    drop((their_in, out_w, err_w));
+    let reader = |fd: OwnedFd, what: &str| -> Result<Reader, HandOff> {
+        Ok(Box::new(
+            tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map_err(|e| gone(what, e))?,
+        ))
+    };
+    let stdin = match our_in {
+        Some(w) => Some(Box::new(
+            tokio::net::unix::pipe::Sender::from_owned_fd(w).map_err(|e| gone("stdin", e))?,
+        ) as Writer),
+        None => None,
+    };
+    Ok(Started {
+        child,
+        report: report.into_fd(),
+        stdout: reader(out_r.into(), "stdout")?,
+        stderr: Some(reader(err_r.into(), "stderr")?),
+        stdin,
+        pty: None,
+    })
+}
+
+/// Start a helper for this exec (the daemon forks, the helper binary
+/// starts, joins the commands' cgroup and runs the command).
+fn spawn_helper(
+    exe: &std::path::Path,
+    spec: &strata_sandbox::ExecSpec,
+    tty: bool,
+    tty_size: Option<[u16; 2]>,
+    want_stdin: bool,
+) -> Result<Started, LaunchError> {
+    let strata_sandbox::HelperCommand {
+        command: mut std_cmd,
+        report,
+    } = strata_sandbox::exec_helper_command(exe, spec)
+        .map_err(|e| LaunchError::Spec(e.to_string()))?;
+    let spawn_err = |source| LaunchError::Spawn {
+        exe: exe.to_path_buf(),
+        source,
+    };
+    let mut master: Option<std::fs::File> = None;
+    if tty {
+        let (m, slave) = open_pty().map_err(spawn_err)?;
+        let [rows, cols] = tty_size.unwrap_or([24, 80]);
+        set_winsize(&m, rows, cols).map_err(spawn_err)?;
+        let s2 = slave.try_clone().map_err(spawn_err)?;
+        let s3 = slave.try_clone().map_err(spawn_err)?;
+        std_cmd
+            .stdin(Stdio::from(slave))
+            .stdout(Stdio::from(s2))
+            .stderr(Stdio::from(s3));
+        master = Some(m);
+    } else {
+        std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
+        std_cmd
+            .stdin(if want_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    cmd.kill_on_drop(false);
+    // The spawn forks this process: smaller is cheaper (release_free_heap).
+    strata_sandbox::release_free_heap();
+    let mut child = cmd.spawn().map_err(spawn_err)?;
+    // Our copies of the slave go with `cmd`: the master then reads EOF
+    // (EIO) once the command's side is closed. So does our copy of the
+    // report pipe's write end: the report then ends (EOF) at the
+    // command's execve or the helper's exit.
+    drop(cmd);
+    let pty = match &master {
+        Some(m) => Some(m.try_clone().map_err(spawn_err)?),
+        None => None,
+    };
+    let (stdout, stderr, stdin): (Reader, Option<Reader>, Option<Writer>) = match master {
+        Some(m) => {
+            let w = m.try_clone().map_err(spawn_err)?;
+            (
+                Box::new(tokio::fs::File::from_std(m)),
+                None,
+                Some(Box::new(tokio::fs::File::from_std(w))),
+            )
+        }
+        None => (
+            Box::new(child.stdout.take().expect("piped")),
+            Some(Box::new(child.stderr.take().expect("piped"))),
+            child.stdin.take().map(|s| Box::new(s) as Writer),
+        ),
+    };
+    Ok(Started {
+        child,
+        report: report.into_fd(),
+        stdout,
+        stderr,
+        stdin,
+        pty,
+    })
+}
+
 impl Exec {
     /// Start the command and the tasks that read its output and wait for it.
     pub(crate) fn start(l: Launch) -> Result<Arc<Exec>, LaunchError> {
@@ -175,9 +327,10 @@ impl Exec {
             cwd: l.cwd,
             identity: l.identity,
             rlimits: Vec::new(),
-            // Pipes: the process group is made by posix_spawn (below),
-            // before the helper runs, so the pgid is the pid from the first
-            // instant. PTY: the helper calls setsid (a new session and
+            // Pipes: the process group is made at the helper's spawn
+            // (process_group(0), below, or when a waiting helper was started,
+            // crate::prestart), before the helper runs, so the pgid is the
+            // pid from the first instant. PTY: the helper calls setsid (a new session and
             // group, pgid = pid) and takes the terminal as controlling tty.
             session: if l.tty {
                 strata_sandbox::Session::NewSessionWithTty
@@ -185,51 +338,40 @@ impl Exec {
                 strata_sandbox::Session::Inherit
             },
         };
-        let strata_sandbox::HelperCommand {
-            command: mut std_cmd,
-            report,
-        } = strata_sandbox::exec_helper_command(&l.helper_exe, &spec)
-            .map_err(|e| LaunchError::Spec(e.to_string()))?;
-        let spawn_err = |source| LaunchError::Spawn {
-            exe: l.helper_exe.clone(),
-            source,
-        };
-        let report =
-            tokio::net::unix::pipe::Receiver::from_owned_fd(report.into_fd()).map_err(spawn_err)?;
         let want_stdin = l.stdin_pipe || l.stdin_data.is_some();
-        let mut master: Option<std::fs::File> = None;
-        if l.tty {
-            let (m, slave) = open_pty().map_err(spawn_err)?;
-            let [rows, cols] = l.tty_size.unwrap_or([24, 80]);
-            set_winsize(&m, rows, cols).map_err(spawn_err)?;
-            let s2 = slave.try_clone().map_err(spawn_err)?;
-            let s3 = slave.try_clone().map_err(spawn_err)?;
-            std_cmd
-                .stdin(Stdio::from(slave))
-                .stdout(Stdio::from(s2))
-                .stderr(Stdio::from(s3));
-            master = Some(m);
-        } else {
-            std::os::unix::process::CommandExt::process_group(&mut std_cmd, 0);
-            std_cmd
-                .stdin(if want_stdin {
-                    Stdio::piped()
-                } else {
-                    Stdio::null()
-                })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-        }
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.kill_on_drop(false);
-        // The spawn forks this process: smaller is cheaper (release_free_heap).
-        strata_sandbox::release_free_heap();
-        let mut child = cmd.spawn().map_err(spawn_err)?;
-        // Our copies of the slave go with `cmd`: the master then reads EOF
-        // (EIO) once the command's side is closed. So does our copy of the
-        // report pipe's write end: the report then ends (EOF) at the
-        // command's execve or the helper's exit.
-        drop(cmd);
+        // A helper waiting ahead of this exec (crate::prestart), if there
+        // is one; a terminal needs the helper's setsid, which a process
+        // group leader cannot call, so it starts a helper of its own.
+        let started = match l.prestarted.filter(|_| !l.tty) {
+            Some(ready) => match hand_to_waiting(ready, &spec, want_stdin) {
+                Ok(s) => Some(s),
+                Err(HandOff::Refused(m)) => return Err(LaunchError::Spec(m)),
+                Err(HandOff::Gone(e)) => {
+                    tracing::info!(
+                        "the waiting exec helper is gone ({e}); starting one for this exec"
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let Started {
+            mut child,
+            report,
+            stdout,
+            stderr,
+            stdin,
+            pty,
+        } = match started {
+            Some(s) => s,
+            None => spawn_helper(&l.helper_exe, &spec, l.tty, l.tty_size, want_stdin)?,
+        };
+        let report = tokio::net::unix::pipe::Receiver::from_owned_fd(report).map_err(|source| {
+            LaunchError::Spawn {
+                exe: l.helper_exe.clone(),
+                source,
+            }
+        })?;
         // The helper's failure report, if any: read as it comes, bounded,
         // with async IO (never a blocking read on a runtime worker), from
         // a pipe only the helper holds (never a path a command can touch).
@@ -242,25 +384,6 @@ impl Exec {
             buf
         });
         let pid = child.id().unwrap_or(0);
-        let pty = match &master {
-            Some(m) => Some(m.try_clone().map_err(spawn_err)?),
-            None => None,
-        };
-        let (stdout, stderr, stdin): (Reader, Option<Reader>, Option<Writer>) = match master {
-            Some(m) => {
-                let w = m.try_clone().map_err(spawn_err)?;
-                (
-                    Box::new(tokio::fs::File::from_std(m)),
-                    None,
-                    Some(Box::new(tokio::fs::File::from_std(w))),
-                )
-            }
-            None => (
-                Box::new(child.stdout.take().expect("piped")),
-                Some(Box::new(child.stderr.take().expect("piped"))),
-                child.stdin.take().map(|s| Box::new(s) as Writer),
-            ),
-        };
         let exec = Arc::new(Exec {
             id: l.id,
             pid,

@@ -37,6 +37,7 @@ pub mod config;
 mod error;
 pub mod exec;
 pub mod files;
+mod prestart;
 mod recover;
 mod server;
 
@@ -162,13 +163,15 @@ async fn serve(
     store: strata_store::Store,
     helper_exe: PathBuf,
 ) -> Result<(), DaemonError> {
-    // The commands' mount namespace is built now, beside the rest of the
-    // start (on the other core, while this thread opens the socket and the
-    // creator waits for the marker), rather than on the first exec's path.
-    // Ready does not wait for it: an exec that comes first builds it, or
-    // waits for this build under the namespace's lock.
-    let exe = helper_exe.clone();
-    tokio::task::spawn_blocking(move || warm_commands_namespace(&exe));
+    // The first exec helper is started now, ahead of the first exec
+    // (crate::prestart), beside the rest of the start (on the other core,
+    // while this thread opens the socket and the creator waits for the
+    // marker): it builds the commands' mount namespace as it enters it,
+    // rather than the first exec doing so on its path. Ready does not wait
+    // for it: an exec that comes first hands its command to it all the
+    // same, or starts a helper of its own if it is not there yet.
+    let prestart = prestart::Slot::new(helper_exe.clone());
+    prestart.refill();
     let unix = bind_unix(&config.socket)?;
     let tcp = match config.tcp_port {
         Some(port) => Some(
@@ -191,6 +194,7 @@ async fn serve(
         workspaces: parking_lot::Mutex::new(Default::default()),
         unrecovered: parking_lot::Mutex::new(Vec::new()),
         execs: parking_lot::Mutex::new(Default::default()),
+        prestart: prestart.clone(),
         shutdown: tx,
     });
     // Before the marker: a restarted Sandbox is ready when its Workspaces
@@ -283,6 +287,7 @@ async fn serve(
     for e in &running {
         let _ = e.cancel(Duration::from_millis(500)).await;
     }
+    prestart.close();
     let _ = stop_tx.send(());
     for s in servers {
         let _ = tokio::time::timeout(Duration::from_secs(3), s).await;
@@ -295,39 +300,6 @@ async fn serve(
     let _ = std::fs::remove_file(&config.socket);
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Start the exec helper once with nothing to run, so that it builds the
-/// Sandbox's commands' mount namespace (strata-sandbox
-/// `commands_namespace_command`). Not needed for correctness: on any
-/// failure, logged here, the first exec builds the namespace itself.
-fn warm_commands_namespace(exe: &Path) {
-    let run = || -> Result<(), String> {
-        let Some(mut helper) =
-            strata_sandbox::commands_namespace_command(exe).map_err(|e| e.to_string())?
-        else {
-            return Ok(());
-        };
-        helper
-            .command
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let (mut child, report) = helper.spawn().map_err(|e| e.to_string())?;
-        let failure = report.read_blocking().map_err(|e| e.to_string());
-        let status = child.wait().map_err(|e| e.to_string())?;
-        match failure? {
-            Some(f) => Err(format!("{}: {}", f.stage, f.message)),
-            None if !status.success() => Err(format!("the helper ended with {status}")),
-            None => Ok(()),
-        }
-    };
-    match run() {
-        Ok(()) => tracing::debug!("commands' mount namespace ready"),
-        Err(e) => tracing::warn!(
-            "building the commands' mount namespace at start failed (the first exec builds it): {e}"
-        ),
-    }
 }
 
 /// After the marker, nothing more goes to the backend's stdout pipe:

@@ -62,6 +62,8 @@ pub(crate) struct AppState {
     /// Workspaces found recorded at start that could not be served again.
     pub unrecovered: Mutex<Vec<api::UnrecoveredWorkspace>>,
     pub execs: Mutex<HashMap<String, Arc<Exec>>>,
+    /// The exec helper started ahead of the next exec.
+    pub prestart: Arc<crate::prestart::Slot>,
     pub shutdown: tokio::sync::watch::Sender<bool>,
 }
 

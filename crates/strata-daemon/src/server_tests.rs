@@ -24,6 +24,7 @@ fn state(dir: &Path) -> Arc<AppState> {
         workspaces: Mutex::new(HashMap::new()),
         unrecovered: Mutex::new(Vec::new()),
         execs: Mutex::new(HashMap::new()),
+        prestart: crate::prestart::Slot::new(PathBuf::from("/bin/false")),
         shutdown,
     })
 }

@@ -19,9 +19,10 @@
 //! daemon's /dev layer, which no command can see; every later exec opens
 //! `/proc/PID/ns/mnt`, checks the inode (a reused pid cannot pass) and
 //! calls `setns`. The daemon builds it as it starts, beside its own start-up,
-//! through an exec helper that runs nothing (`internal::commands_namespace_command`),
-//! so that not even the first exec pays for it; should that fail, or lose a
-//! race with the first execs, the exec that finds no holder builds it as
+//! through the first exec helper it starts ahead of an exec
+//! ([`crate::prestart`]), so that not even the first exec pays for it;
+//! should that fail, or lose a race with the first execs, the exec that
+//! finds no holder builds it as
 //! described (one builder at a time, under the lock in [`enter`]). Facts
 //! this relies on:
 //!

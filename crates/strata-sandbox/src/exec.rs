@@ -425,9 +425,9 @@ fn hide_dev_fuse() -> Result<(), ExecError> {
     Ok(())
 }
 
-/// [`hide_dev_fuse`] alone, for the exec helper's warm-up run
-/// (`internal::commands_namespace_command`): the commands' namespace is
-/// entered, built first if no exec has built it yet.
+/// [`hide_dev_fuse`] alone, for an exec helper started ahead of its exec
+/// ([`crate::prestart`]): the commands' namespace is entered, built first
+/// if no exec has built it yet.
 pub(crate) fn enter_commands_namespace() -> Result<(), ExecError> {
     hide_dev_fuse()
 }

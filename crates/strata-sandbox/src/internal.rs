@@ -92,11 +92,12 @@ struct ExecWire {
     /// v1 hierarchy, one on v2) before anything else.
     #[serde(default)]
     join_cgroup: Vec<RawFd>,
-    /// Only join the commands' cgroup and enter (building it if need be)
-    /// the commands' mount namespace, then exit 0: no command, no drop of
-    /// privileges (see [`commands_namespace_command`]).
+    /// A helper started ahead of its exec (see [`crate::prestart`]): after
+    /// the cgroup join, prepare and wait on this socket for the one
+    /// command to run. `report_fd` is then unused: each request brings its
+    /// own report pipe.
     #[serde(default)]
-    prepare_only: bool,
+    wait_request: Option<RawFd>,
 }
 
 /// The settings as separate items: `SETTINGS_JSON NAME=VALUE... -- ARGV...`.
@@ -222,7 +223,11 @@ fn inherited_fd(arg: &OsStr) -> Result<OwnedFd, String> {
 /// Read the settings memfd named by `arg` (from offset 0: the file offset
 /// is shared with the writer) and close it.
 fn read_settings(arg: Option<&OsString>) -> Result<Decoded, String> {
-    let fd = inherited_fd(arg.ok_or("missing settings descriptor")?)?;
+    read_settings_fd(inherited_fd(arg.ok_or("missing settings descriptor")?)?)
+}
+
+/// [`read_settings`] of a descriptor this process owns.
+fn read_settings_fd(fd: OwnedFd) -> Result<Decoded, String> {
     let f = std::fs::File::from(fd);
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 64 << 10];
@@ -410,85 +415,144 @@ fn run_exec_helper(fd: Option<&OsString>) -> i32 {
             return EXEC_HELPER_FAILURE_EXIT;
         }
     };
-    let mut report_pipe = match inherited_fd(OsStr::new(&wire.report_fd.to_string())) {
+    // A helper started ahead of its exec: the same first steps, then it
+    // waits for its command (crate::prestart), and a failure of these
+    // steps is that command's report.
+    if let Some(n) = wire.wait_request {
+        let socket = match inherited_fd(OsStr::new(&n.to_string())) {
+            Ok(fd) => fd,
+            Err(e) => {
+                eprintln!("strata exec helper: request socket: {e}");
+                return EXEC_HELPER_FAILURE_EXIT;
+            }
+        };
+        let ready = single_threaded().and_then(|()| join_commands_cgroup(&wire.join_cgroup));
+        return crate::prestart::wait_and_run(socket, ready);
+    }
+    let report = match inherited_fd(OsStr::new(&wire.report_fd.to_string())) {
         Ok(fd) => Some(std::fs::File::from(fd)),
         Err(e) => {
             eprintln!("strata exec helper: report pipe: {e}");
             return EXEC_HELPER_FAILURE_EXIT;
         }
     };
-    let mut report = |f: Failure| {
-        if let Some(mut p) = report_pipe.take() {
-            let _ = serde_json::to_writer(&mut p, &f);
+    if let Err(f) = single_threaded().and_then(|()| join_commands_cgroup(&wire.join_cgroup)) {
+        return report_failure(report, f);
+    }
+    let filter = match Policy::default().compile() {
+        Ok(f) => f,
+        Err(e) => {
+            return report_failure(
+                report,
+                Failure {
+                    stage: "seccomp".into(),
+                    message: e.to_string(),
+                    errno: None,
+                },
+            )
         }
-        eprintln!("strata exec helper: {}", f.message);
-        EXEC_HELPER_FAILURE_EXIT
     };
-    if thread_count() != Some(1) {
-        return report(Failure {
+    run_command(wire, env, argv, report, &filter)
+}
+
+/// The exec helper's report of a failure before `execve`: on the report
+/// pipe, if there is one, and on stderr; returns the helper's exit code.
+pub(crate) fn report_failure(report: Option<std::fs::File>, f: Failure) -> i32 {
+    if let Some(mut p) = report {
+        let _ = serde_json::to_writer(&mut p, &f);
+    }
+    eprintln!("strata exec helper: {}", f.message);
+    EXEC_HELPER_FAILURE_EXIT
+}
+
+fn single_threaded() -> Result<(), Failure> {
+    match thread_count() {
+        Some(1) => Ok(()),
+        _ => Err(Failure {
             stage: "exec".into(),
             message: format!("{EXEC_ARG} must run single-threaded"),
             errno: None,
-        });
+        }),
     }
-    // Into the commands' cgroup first, before anything of the command
-    // runs: its pids limit is below the Sandbox's, so that the daemon
-    // keeps room to answer and start execs while a fork bomb holds every
-    // pid the commands may have. Writing "0" moves the writer (cgroups(7)).
-    for &n in &wire.join_cgroup {
-        let joined = inherited_fd(OsStr::new(&n.to_string())).and_then(|fd| {
-            rustix::io::write(&fd, b"0")
-                .map(drop)
-                .map_err(|e| e.to_string())
-        });
-        if let Err(e) = joined {
-            return report(Failure {
+}
+
+/// Into the commands' cgroup first, before anything of the command
+/// runs: its pids limit is below the Sandbox's, so that the daemon
+/// keeps room to answer and start execs while a fork bomb holds every
+/// pid the commands may have. Writing "0" moves the writer (cgroups(7)).
+fn join_commands_cgroup(fds: &[RawFd]) -> Result<(), Failure> {
+    for &n in fds {
+        inherited_fd(OsStr::new(&n.to_string()))
+            .and_then(|fd| {
+                rustix::io::write(&fd, b"0")
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| Failure {
                 stage: "cgroup".into(),
                 message: format!("joining the commands' cgroup (descriptor {n}): {e}"),
                 errno: None,
-            });
+            })?;
+    }
+    Ok(())
+}
+
+/// The command of a request a pre-started helper received
+/// ([`crate::prestart`]): its settings memfd, then as [`run_exec_helper`].
+pub(crate) fn run_request(
+    settings: OwnedFd,
+    report: Option<std::fs::File>,
+    filter: &crate::seccomp::CompiledPolicy,
+) -> i32 {
+    let bad = |e: String| Failure {
+        stage: "exec".into(),
+        message: format!("bad settings: {e}"),
+        errno: None,
+    };
+    let (json, env, argv) = match read_settings_fd(settings) {
+        Ok(d) => d,
+        Err(e) => return report_failure(report, bad(e)),
+    };
+    match serde_json::from_str::<ExecWire>(&json) {
+        Ok(w) if w.wait_request.is_none() && w.join_cgroup.is_empty() => {
+            run_command(w, env, argv, report, filter)
         }
+        Ok(_) => report_failure(report, bad("not a command's settings".into())),
+        Err(e) => report_failure(report, bad(e.to_string())),
     }
-    // The daemon's warm-up (commands_namespace_command): the same two
-    // steps as every exec up to here and the commands' namespace, then an
-    // exit; nothing is executed and this process ends as root having run
-    // only our code.
-    if wire.prepare_only {
-        return match crate::exec::enter_commands_namespace() {
-            Ok(()) => 0,
-            Err(e) => report(Failure::from(&e)),
-        };
-    }
+}
+
+/// Prepare the command and drop privileges into it; returns only on failure.
+fn run_command(
+    wire: ExecWire,
+    env: Vec<(OsString, OsString)>,
+    argv: Vec<OsString>,
+    report: Option<std::fs::File>,
+    filter: &crate::seccomp::CompiledPolicy,
+) -> i32 {
     let spec = ExecSpec {
         argv,
         env,
-        cwd: wire.cwd.clone(),
+        cwd: wire.cwd,
         identity: wire.identity,
-        rlimits: wire.rlimits.clone(),
+        rlimits: wire.rlimits,
         session: wire.session,
     };
     let prepared = match spec.prepare() {
         Ok(p) => p,
         Err(e) => {
-            return report(Failure {
-                stage: "exec".into(),
-                message: e.to_string(),
-                errno: None,
-            })
+            return report_failure(
+                report,
+                Failure {
+                    stage: "exec".into(),
+                    message: e.to_string(),
+                    errno: None,
+                },
+            )
         }
     };
-    let filter = match Policy::default().compile() {
-        Ok(f) => f,
-        Err(e) => {
-            return report(Failure {
-                stage: "seccomp".into(),
-                message: e.to_string(),
-                errno: None,
-            })
-        }
-    };
-    let err = crate::exec::drop_privileges_and_exec(&prepared, &filter);
-    report(Failure::from(&err))
+    let err = crate::exec::drop_privileges_and_exec(&prepared, filter);
+    report_failure(report, Failure::from(&err))
 }
 
 /// The exec helper, ready to spawn: set stdio on `command`, spawn it, then
@@ -568,63 +632,15 @@ pub fn parse_report(bytes: &[u8]) -> Option<Failure> {
 /// handed over the commands' cgroup, the helper joins it first. The
 /// caller sets stdio and spawns; the helper must run as root.
 pub fn exec_helper_command(exe: &Path, spec: &ExecSpec) -> Result<HelperCommand, SpawnError> {
-    helper_command(exe, spec, false)
+    helper_command(exe, spec)
 }
 
-/// The exec helper as a Sandbox's daemon starts it once at start, so that
-/// its first exec finds the commands' mount namespace ([`crate::commands_ns`])
-/// already built instead of building it on the exec's path: the helper joins
-/// the commands' cgroup and enters that namespace exactly as an exec does
-/// (its holder is then in the commands' cgroup, as when an exec builds it),
-/// and exits 0 without running anything. A failure is reported on the
-/// pipe like an exec's; the next exec then builds the namespace itself.
-/// `None` where this process has no commands' namespace to prepare (not a
-/// Sandbox's daemon, or a Sandbox made before [`crate::commands_ns`]).
-pub fn commands_namespace_command(exe: &Path) -> Result<Option<HelperCommand>, SpawnError> {
-    if !Path::new(crate::commands_ns::NS_DIR).is_dir() {
-        return Ok(None);
-    }
-    let spec = ExecSpec {
-        argv: vec!["true".into()],
-        env: Vec::new(),
-        cwd: PathBuf::from("/"),
-        identity: Identity::new(DEFAULT_UID, DEFAULT_GID)?,
-        rlimits: Vec::new(),
-        session: Session::default(),
-    };
-    helper_command(exe, &spec, true).map(Some)
-}
-
-fn helper_command(
-    exe: &Path,
-    spec: &ExecSpec,
-    prepare_only: bool,
-) -> Result<HelperCommand, SpawnError> {
+fn helper_command(exe: &Path, spec: &ExecSpec) -> Result<HelperCommand, SpawnError> {
     spec.prepare()?;
-    let join: Vec<RawFd> = match COMMANDS_CGROUP.get() {
-        None => Vec::new(),
-        Some(Ok(fds)) => fds.iter().map(AsRawFd::as_raw_fd).collect(),
-        Some(Err(message)) => {
-            return Err(SpawnError::CommandsCgroup {
-                message: message.clone(),
-            })
-        }
-    };
+    let join = commands_cgroup_fds()?;
     let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| SpawnError::Settings { source: e.into() })?;
-    let wire = ExecWire {
-        identity: spec.identity,
-        session: spec.session,
-        cwd: spec.cwd.clone(),
-        rlimits: spec.rlimits.clone(),
-        report_fd: report_w.as_raw_fd(),
-        join_cgroup: join.clone(),
-        prepare_only,
-    };
-    let json =
-        serde_json::to_string(&wire).map_err(|source| crate::ns::SpawnError::Encode { source })?;
-    let settings = settings_memfd(&encode_settings(&json, &spec.env, &spec.argv))
-        .map_err(|source| SpawnError::Settings { source })?;
+    let settings = wire_memfd(spec, report_w.as_raw_fd(), join.clone(), None)?;
     let mut cmd = std::process::Command::new(exe);
     cmd.arg(EXEC_ARG).arg(settings.as_raw_fd().to_string());
     cmd.env_clear();
@@ -633,6 +649,76 @@ fn helper_command(
         command: cmd,
         report: HelperReport(report_r),
     })
+}
+
+/// The descriptors of the commands' cgroup a helper joins (none outside
+/// a Sandbox with limits).
+fn commands_cgroup_fds() -> Result<Vec<RawFd>, SpawnError> {
+    match COMMANDS_CGROUP.get() {
+        None => Ok(Vec::new()),
+        Some(Ok(fds)) => Ok(fds.iter().map(AsRawFd::as_raw_fd).collect()),
+        Some(Err(message)) => Err(SpawnError::CommandsCgroup {
+            message: message.clone(),
+        }),
+    }
+}
+
+/// A helper's settings in a sealed memfd.
+fn wire_memfd(
+    spec: &ExecSpec,
+    report_fd: RawFd,
+    join_cgroup: Vec<RawFd>,
+    wait_request: Option<RawFd>,
+) -> Result<OwnedFd, SpawnError> {
+    let wire = ExecWire {
+        identity: spec.identity,
+        session: spec.session,
+        cwd: spec.cwd.clone(),
+        rlimits: spec.rlimits.clone(),
+        report_fd,
+        join_cgroup,
+        wait_request,
+    };
+    let json =
+        serde_json::to_string(&wire).map_err(|source| crate::ns::SpawnError::Encode { source })?;
+    settings_memfd(&encode_settings(&json, &spec.env, &spec.argv))
+        .map_err(|source| SpawnError::Settings { source })
+}
+
+/// The helper [`crate::prestart`] starts ahead of its exec: it joins the
+/// commands' cgroup and waits on `socket` (its end of the request
+/// socketpair) for one command. Its settings name no command.
+pub(crate) fn waiting_helper_command(
+    exe: &Path,
+    socket: OwnedFd,
+) -> Result<std::process::Command, SpawnError> {
+    let join = commands_cgroup_fds()?;
+    let spec = ExecSpec {
+        argv: Vec::new(),
+        env: Vec::new(),
+        cwd: PathBuf::from("/"),
+        identity: Identity::new(DEFAULT_UID, DEFAULT_GID)?,
+        rlimits: Vec::new(),
+        session: Session::default(),
+    };
+    let settings = wire_memfd(&spec, -1, join.clone(), Some(socket.as_raw_fd()))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg(EXEC_ARG).arg(settings.as_raw_fd().to_string());
+    cmd.env_clear();
+    inherit_in_child(&mut cmd, vec![settings, socket], join);
+    Ok(cmd)
+}
+
+/// A request's settings for a pre-started helper: the memfd, and the
+/// report pipe (the read end for the caller, the write end to send).
+pub(crate) fn request_settings(
+    spec: &ExecSpec,
+) -> Result<(OwnedFd, HelperReport, OwnedFd), SpawnError> {
+    spec.prepare()?;
+    let (report_r, report_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| SpawnError::Settings { source: e.into() })?;
+    let settings = wire_memfd(spec, -1, Vec::new(), None)?;
+    Ok((settings, HelperReport(report_r), report_w))
 }
 
 /// `EXE __strata-init FD` with `settings` in the memfd FD (see the module
@@ -664,89 +750,5 @@ pub(crate) fn write_json_file<T: Serialize>(path: &Path, value: &T) -> std::io::
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn settings_roundtrip() {
-        let env = vec![("A".into(), "b=c".into()), ("EMPTY".into(), "".into())];
-        let argv = vec![OsString::from("/bin/echo"), "--".into(), "x=y".into()];
-        let enc = encode_settings("{}", &env, &argv);
-        let (json, e, a) = decode_settings(&enc).unwrap();
-        assert_eq!(json, "{}");
-        assert_eq!(e, env);
-        assert_eq!(a, argv);
-        // Through a real memfd, read from offset 0 whatever the writer's
-        // offset.
-        let fd = settings_memfd(&enc).unwrap();
-        let n = OsString::from(fd.as_raw_fd().to_string());
-        std::mem::forget(fd); // read_settings takes ownership
-        let (json, e, a) = read_settings(Some(&n)).unwrap();
-        assert_eq!((json.as_str(), e, a), ("{}", env, argv));
-    }
-
-    #[test]
-    fn argv_roundtrip() {
-        let env = vec![("A".into(), "b=c".into())];
-        let argv = vec![OsString::from("/bin/echo"), "--".into()];
-        let enc = encode_argv("sub", "{}", &env, &argv);
-        assert_eq!(enc[0], "sub");
-        let (json, e, a) = decode_argv(&enc[1..]).unwrap();
-        assert_eq!((json.as_str(), e, a), ("{}", env, argv));
-    }
-
-    #[test]
-    fn bad_settings_are_an_error() {
-        assert!(decode_settings(b"").is_err());
-        assert!(decode_settings(b"{}\0NOEQ\0--\0").is_err());
-        assert!(decode_settings(b"{}\0A=b\0").is_err());
-        assert!(decode_settings(b"{}\0--").is_err());
-        assert!(read_settings(Some(&"1".into())).is_err());
-        assert!(read_settings(Some(&"x".into())).is_err());
-        assert!(read_settings(None).is_err());
-    }
-
-    #[test]
-    fn the_helpers_argv_is_its_role_and_a_number() {
-        let spec = ExecSpec {
-            argv: vec!["/bin/echo".into(), "argv-secret".into()],
-            env: vec![("TOKEN".into(), "env-secret".into())],
-            cwd: "/cwd-secret".into(),
-            identity: Identity::default(),
-            rlimits: vec![],
-            session: Session::Inherit,
-        };
-        let h = exec_helper_command(Path::new("/bin/true"), &spec).unwrap();
-        let args: Vec<&OsStr> = h.command.get_args().collect();
-        assert_eq!(args.len(), 2, "{args:?}");
-        assert_eq!(args[0], EXEC_ARG);
-        assert!(
-            args[1].as_bytes().iter().all(u8::is_ascii_digit),
-            "{args:?}"
-        );
-        assert_eq!(h.command.get_envs().count(), 0);
-        // The helper reads them from the memfd instead (a duplicate here:
-        // the command still owns the original).
-        let n: RawFd = args[1].to_str().unwrap().parse().unwrap();
-        // SAFETY: `n` is the memfd `h.command` owns, open until it drops.
-        let dup = rustix::io::fcntl_dupfd_cloexec(unsafe { BorrowedFd::borrow_raw(n) }, 3).unwrap();
-        let dup = OsString::from(std::mem::ManuallyDrop::new(dup).as_raw_fd().to_string());
-        let (json, env, argv) = read_settings(Some(&dup)).unwrap();
-        assert!(json.contains("/cwd-secret"));
-        assert_eq!(env, spec.env);
-        assert_eq!(argv, spec.argv);
-    }
-
-    #[test]
-    fn reports() {
-        assert_eq!(parse_report(b""), None);
-        let f = Failure {
-            stage: "exec".into(),
-            message: "m".into(),
-            errno: Some(2),
-        };
-        assert_eq!(parse_report(&serde_json::to_vec(&f).unwrap()), Some(f));
-        assert!(parse_report(b"garbage").is_some());
-        assert!(parse_report(&vec![b'x'; MAX_REPORT_BYTES + 1]).is_some());
-    }
-}
+#[path = "internal_tests.rs"]
+mod tests;

@@ -68,6 +68,7 @@ pub mod native;
 mod native_state;
 pub mod net;
 pub mod ns;
+pub mod prestart;
 pub mod rlimit;
 mod rmtree;
 pub mod seccomp;
@@ -87,8 +88,8 @@ pub use exec::{
 };
 pub use heap::{fix_mmap_threshold, release_free_heap};
 pub use internal::{
-    commands_namespace_command, exec_helper_command, maybe_run_internal, parse_report,
-    HelperCommand, HelperReport, EXEC_ARG, INIT_ARG,
+    exec_helper_command, maybe_run_internal, parse_report, HelperCommand, HelperReport, EXEC_ARG,
+    INIT_ARG,
 };
 pub use mounts::{BindMount, MountError, RootFs};
 pub use native::NativeBackend;
@@ -97,6 +98,7 @@ pub use ns::{
     read_report, ConfigError, Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand,
     SandboxConfig, SpawnError,
 };
+pub use prestart::{prestarted_helper_command, HandError, PrestartCommand, Prestarted};
 pub use rlimit::{Resource, Rlimit, RlimitError};
 pub use seccomp::{Allowed, CompiledPolicy, Policy, Rule, ALLOW, POLICY};
 pub use selfcheck::{host_allows_unprivileged_userns, run_selfcheck, SelfCheck, SelfCheckError};

@@ -199,6 +199,8 @@ pub(super) async fn exec_create(
             .config
             .output_buffer_bytes
             .unwrap_or(crate::config::DEFAULT_OUTPUT_BUFFER),
+        // A terminal needs a helper of its own (Exec::start).
+        prestarted: if req.tty { None } else { st.prestart.take() },
     };
     let exec = Exec::start(launch).map_err(|e| match e {
         LaunchError::Spec(m) => ApiError::invalid(m),
