@@ -620,6 +620,17 @@ pub struct Failure {
     pub errno: Option<i32>,
 }
 
+impl Failure {
+    /// The seccomp filter could not be had: the command must not run.
+    pub fn seccomp(message: impl Into<String>) -> Failure {
+        Failure {
+            stage: "seccomp".into(),
+            message: message.into(),
+            errno: None,
+        }
+    }
+}
+
 impl From<&ExecError> for Failure {
     fn from(e: &ExecError) -> Self {
         Failure {

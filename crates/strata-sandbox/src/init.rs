@@ -285,13 +285,7 @@ fn monitor_run(wire: &InitWire, prepared: &PreparedExec, stop_requested: &mut bo
     let filter = match wire.run_as {
         RunAs::User(_) => match Policy::default().compile() {
             Ok(f) => Some(f),
-            Err(e) => {
-                return Report::Failed(Failure {
-                    stage: "seccomp".into(),
-                    message: e.to_string(),
-                    errno: None,
-                })
-            }
+            Err(e) => return Report::Failed(Failure::seccomp(e.to_string())),
         },
         RunAs::Root => None,
     };
@@ -488,11 +482,7 @@ fn pid1_supervise(
             (RunAs::User(_), None) => {
                 // Unreachable by construction (the monitor compiles the
                 // filter for every User); refuse rather than run unfiltered.
-                let f = Failure {
-                    stage: "seccomp".into(),
-                    message: "no seccomp filter for a user command".into(),
-                    errno: None,
-                };
+                let f = Failure::seccomp("no seccomp filter for a user command");
                 let mut w = std::fs::File::from(wr);
                 let _ = serde_json::to_writer(&mut w, &f);
                 // SAFETY: _exit ends this child without running destructors.

@@ -441,16 +441,7 @@ fn run_exec_helper(fd: Option<&OsString>) -> i32 {
     }
     let filter = match Policy::default().compile() {
         Ok(f) => f,
-        Err(e) => {
-            return report_failure(
-                report,
-                Failure {
-                    stage: "seccomp".into(),
-                    message: e.to_string(),
-                    errno: None,
-                },
-            )
-        }
+        Err(e) => return report_failure(report, Failure::seccomp(e.to_string())),
     };
     run_command(wire, env, argv, report, &filter)
 }

@@ -200,16 +200,7 @@ pub(crate) fn wait_and_run(socket: OwnedFd, ready: Result<(), Failure>) -> i32 {
     }
     let filter: CompiledPolicy = match filter {
         Ok(f) => f,
-        Err(e) => {
-            return report_failure(
-                report,
-                Failure {
-                    stage: "seccomp".into(),
-                    message: e.to_string(),
-                    errno: None,
-                },
-            )
-        }
+        Err(e) => return report_failure(report, Failure::seccomp(e.to_string())),
     };
     crate::internal::run_request(settings, report, &filter)
 }
