@@ -45,7 +45,7 @@
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::net::{
@@ -255,8 +255,15 @@ fn receive(socket: &OwnedFd) -> Option<Received> {
     }
     let mut it = fds.into_iter();
     let settings = it.next().expect("counted above");
-    for (target, fd) in [0, 1, 2].into_iter().zip(it) {
-        if let Err(e) = dup_onto(&fd, target) {
+    // dup2(2) onto 0-2 (rustix::stdio): the copies are inheritable (a new
+    // descriptor's flags start clear); the received ones close on drop.
+    for (target, fd) in (0..).zip(it) {
+        let put = match target {
+            0 => rustix::stdio::dup2_stdin(&fd),
+            1 => rustix::stdio::dup2_stdout(&fd),
+            _ => rustix::stdio::dup2_stderr(&fd),
+        };
+        if let Err(e) = put {
             return Some(Err((
                 report,
                 format!("putting the command's descriptor {target} in place: {e}"),
@@ -264,17 +271,4 @@ fn receive(socket: &OwnedFd) -> Option<Received> {
         }
     }
     Some(Ok(Request { settings, report }))
-}
-
-/// `dup2(fd, target)`: the copy on `target` is inheritable (the flags of
-/// the new descriptor start clear), the received one is closed by the
-/// caller's drop.
-fn dup_onto(fd: &OwnedFd, target: RawFd) -> std::io::Result<()> {
-    // SAFETY: dup2(2) on two descriptor numbers; `fd` is open (we own it)
-    // and `target` is 0, 1 or 2, which this process means to replace.
-    let rc = unsafe { libc::dup2(fd.as_raw_fd(), target) };
-    if rc < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
