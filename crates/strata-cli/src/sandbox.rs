@@ -130,7 +130,7 @@ pub struct CreateArgs {
     /// How the Sandbox's Workspaces serve FUSE requests: dev-fuse
     /// (/dev/fuse reads), auto (FUSE over io_uring when the kernel offers
     /// it, else /dev/fuse) or uring (io_uring or mounts fail). Default:
-    /// $STRATA_FUSE_TRANSPORT, else dev-fuse. Native and docker backends
+    /// $STRATA_FUSE_TRANSPORT, else auto. Native and docker backends
     /// (a server or a VM decides for its own Sandboxes).
     #[arg(long, value_name = "dev-fuse|auto|uring")]
     pub fuse_transport: Option<strata_sdk::Transport>,

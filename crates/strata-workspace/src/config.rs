@@ -82,7 +82,8 @@ pub struct MountOptions {
     /// How requests travel: /dev/fuse reads (fuser's session threads) or
     /// FUSE over io_uring (crate::uring). Default: from the
     /// `STRATA_FUSE_TRANSPORT` environment variable
-    /// ([`crate::Transport::from_env`]), else /dev/fuse.
+    /// ([`crate::Transport::from_env`]), else `auto`: io_uring where the
+    /// kernel offers it and the mount succeeds, /dev/fuse otherwise.
     pub transport: crate::Transport,
 }
 

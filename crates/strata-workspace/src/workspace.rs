@@ -8,9 +8,10 @@ use crate::config::{MountOptions, WorkspaceOptions};
 use crate::error::{Result, WsError};
 use crate::fs::WsFs;
 use crate::journal::Journal;
+use crate::mount_handle::MountHandle;
 use crate::node::{now_ns, Data, Node, NodeKind, Slot, ROOT};
 use crate::state::State;
-use fuser::{BackgroundSession, Config, MountOption, Session, SessionACL};
+use fuser::{Config, MountOption, Session, SessionACL};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -445,11 +446,24 @@ impl Workspace {
 
     /// Mount at `mountpoint` (must be an existing empty directory outside
     /// the Store) and serve in background threads until the handle is
-    /// unmounted or dropped. Needs root (or CAP_SYS_ADMIN) for mount(2).
+    /// unmounted or dropped. Needs root (or CAP_SYS_ADMIN) for mount(2);
+    /// without it fuser mounts through fusermount3 (/dev/fuse reads, no
+    /// passthrough), for `auto` too, and the handle unmounts through it.
     pub fn mount(&self, mountpoint: &Path, opts: &MountOptions) -> Result<MountHandle> {
         self.check_mountpoint(mountpoint)?;
         if crate::uring::mount::wanted(opts)? {
-            return self.mount_uring(mountpoint, opts);
+            match self.mount_uring(mountpoint, opts) {
+                Ok(handle) => return Ok(handle),
+                // A failed io_uring mount leaves nothing mounted and the
+                // Workspace unclaimed (mount_uring undoes its steps), so
+                // `auto` goes on with fuser's own mount: e.g. a caller
+                // without CAP_SYS_ADMIN, whose mount(2) is refused with
+                // EPERM where fuser mounts through fusermount3.
+                Err(e) if opts.transport == crate::Transport::IoUringIfAvailable => {
+                    tracing::info!("FUSE transport: /dev/fuse reads (the io_uring mount: {e})");
+                }
+                Err(e) => return Err(e),
+            }
         }
         self.claim_mount()?;
         let cfg = self.config(opts, session_acl(opts));
@@ -642,141 +656,6 @@ fn new_state(
         pending_groups: Default::default(),
         scanned_groups: Default::default(),
     })
-}
-
-/// A live FUSE session of a Workspace. Dropping it unmounts (lazily if the
-/// mount is busy).
-pub struct MountHandle {
-    /// Shared with the session's filesystem object (see `WsFs::_serving`).
-    serving: Arc<()>,
-    session: Option<BackgroundSession>,
-    mountpoint: Option<PathBuf>,
-    shared: Arc<Shared>,
-    /// The io_uring transport's threads, when it serves this mount.
-    ring: Option<crate::uring::RingSet>,
-}
-
-/// Requests a mount answered through its io_uring rings so far.
-#[derive(Clone, Debug)]
-pub struct RingCounter(Arc<std::sync::atomic::AtomicU64>);
-
-impl RingCounter {
-    pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-}
-
-impl std::fmt::Debug for MountHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MountHandle")
-            .field("mountpoint", &self.mountpoint)
-            .finish()
-    }
-}
-
-impl MountHandle {
-    pub fn mountpoint(&self) -> Option<&Path> {
-        self.mountpoint.as_deref()
-    }
-
-    /// The transport serving this mount: `io_uring` or `/dev/fuse`.
-    pub fn transport(&self) -> &'static str {
-        match self.ring {
-            Some(_) => "io_uring",
-            None => "/dev/fuse",
-        }
-    }
-
-    /// The count of requests served through the rings (None on /dev/fuse);
-    /// readable after the handle is gone.
-    pub fn ring_requests(&self) -> Option<RingCounter> {
-        self.ring.as_ref().map(|r| RingCounter(r.served.clone()))
-    }
-
-    /// Unmount and wait for the session threads. While something still
-    /// uses the mount this returns the EBUSY error, and dropping the handle
-    /// (which this does) then detaches the mount lazily: it keeps serving
-    /// its remaining users and the Workspace stays "mounted" until they go.
-    pub fn unmount(mut self) -> Result<()> {
-        if let Some(mp) = &self.mountpoint {
-            rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty())
-                .map_err(|e| WsError::io("unmount", mp.clone())(e.into()))?;
-        }
-        self.join_inner()
-    }
-
-    /// Wait until the kernel ends the session (the mount went away).
-    pub fn join(mut self) -> Result<()> {
-        self.join_inner()
-    }
-
-    fn join_inner(&mut self) -> Result<()> {
-        let r = match self.session.take() {
-            Some(s) => match s.join() {
-                Ok(()) => Ok(()),
-                // fuser ends its loop quietly on ENODEV (unmounted) but
-                // returns any other read error. Once the connection is gone
-                // the kernel answers reads with ECONNABORTED instead when
-                // it was aborted (fs/fuse/dev.c: `fc->aborted ?
-                // -ECONNABORTED : -ENODEV`), and CI saw exactly that once
-                // at the end of an fsx run, after a clean unmount. Either
-                // way the session is over and every request the server
-                // answered is already in the scratch directory, which is
-                // what a commit reads, so this is an end, not a failure.
-                Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
-                    tracing::warn!("FUSE connection was aborted; the session ended");
-                    Ok(())
-                }
-                Err(e) => Err(WsError::Invalid(format!(
-                    "FUSE session ended with an error: {e}"
-                ))),
-            },
-            None => Ok(()),
-        };
-        // fuser's `join` returns when its main thread ends; the filesystem
-        // object (with its reference to the Workspace and so its lock) is
-        // dropped by the last worker thread a moment later. Wait for that,
-        // bounded, so a caller can reopen the Workspace right away.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while Arc::strong_count(&self.serving) > 1 && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        if let Some(ring) = &mut self.ring {
-            // Ended by the kernel at unmount (every entry completes with
-            // -ENOTCONN); the wait above covered their references too.
-            ring.join_finished();
-        }
-        self.shared.mounted.store(false, Ordering::SeqCst);
-        r
-    }
-}
-
-impl Drop for MountHandle {
-    fn drop(&mut self) {
-        if self.session.is_none() {
-            return;
-        }
-        if let Some(mp) = &self.mountpoint {
-            if rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()).is_err() {
-                // Busy: detach now, the kernel finishes when the last user
-                // goes (umount2(2) MNT_DETACH).
-                let _ = rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH);
-                // The Workspace counts as mounted (no second mount, no
-                // discard) until the session really ends.
-                if let Some(s) = self.session.take() {
-                    let shared = self.shared.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("strata-ws-detached".into())
-                        .spawn(move || {
-                            let _ = s.join();
-                            shared.mounted.store(false, Ordering::SeqCst);
-                        });
-                }
-                return;
-            }
-        }
-        let _ = self.join_inner();
-    }
 }
 
 /// Which users fuser's session serves: every user with `allow_other`,

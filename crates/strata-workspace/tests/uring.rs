@@ -12,6 +12,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use strata_workspace::{MountOptions, Transport};
 
+/// The tests here count this process's ring threads: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn ring_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
@@ -22,6 +25,7 @@ fn ring_threads() -> usize {
 
 #[test]
 fn requests_go_through_the_rings_and_unmount_ends_their_threads() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let probe = strata_workspace::uring::probe();
     assert!(
         probe.usable(),
@@ -135,4 +139,62 @@ fn requests_go_through_the_rings_and_unmount_ends_their_threads() {
         .chunks(4096)
         .enumerate()
         .all(|(i, c)| c.iter().all(|b| *b == (i % 256) as u8)));
+}
+
+/// The default transport is `auto` (docs/benchmarks.md, "io_uring as the
+/// default"): io_uring where the kernel offers it, and a caller whose
+/// mount(2) is refused for want of CAP_SYS_ADMIN (not root) goes on over
+/// /dev/fuse through fusermount3, as fuser mounts for such callers, rather
+/// than failing. The second half drops CAP_SYS_ADMIN from this thread's
+/// effective set only (capset(2) is per thread; the permitted set keeps it
+/// so it can be raised again, and fusermount3, exec'd by uid 0, gets its
+/// capabilities from its own exec).
+#[test]
+fn auto_is_the_default_and_a_refused_mount_goes_on_over_dev_fuse() {
+    use rustix::thread::{capabilities, set_capabilities, CapabilitySet};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(Transport::default(), Transport::IoUringIfAvailable);
+    let probe = strata_workspace::uring::probe();
+    assert!(
+        probe.usable(),
+        "FUSE io_uring is not usable here: {probe}; the io_uring transport cannot be tested"
+    );
+    let opts = MountOptions {
+        transport: Transport::IoUringIfAvailable,
+        ..Default::default()
+    };
+
+    let f = fixture();
+    let ws = f.create();
+    let h = ws.mount(&f.mnt, &opts).expect("mount with auto");
+    assert_eq!(h.transport(), "io_uring");
+    std::fs::write(f.p("ring.txt"), b"over the ring\n").unwrap();
+    h.unmount().expect("unmount");
+
+    let caps = capabilities(None).expect("capget");
+    assert!(
+        caps.effective.contains(CapabilitySet::SYS_ADMIN),
+        "the test needs root with CAP_SYS_ADMIN: {caps:?}"
+    );
+    let mut less = caps;
+    less.effective.remove(CapabilitySet::SYS_ADMIN);
+    set_capabilities(None, less).expect("capset without CAP_SYS_ADMIN");
+    let fell_back = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let h = ws
+            .mount(&f.mnt, &opts)
+            .expect("auto without CAP_SYS_ADMIN mounts over /dev/fuse");
+        let transport = h.transport();
+        std::fs::write(f.p("fuse.txt"), b"over /dev/fuse\n").unwrap();
+        let back = std::fs::read(f.p("ring.txt")).unwrap();
+        h.unmount().expect("unmount through fusermount3");
+        (transport, back)
+    }));
+    set_capabilities(None, caps).expect("capset restoring CAP_SYS_ADMIN");
+    let (transport, back) = fell_back.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    assert_eq!(transport, "/dev/fuse");
+    assert_eq!(back, b"over the ring\n");
+
+    ws.commit("both transports").expect("commit");
+    assert_eq!(f.bytes(b"ring.txt"), b"over the ring\n");
+    assert_eq!(f.bytes(b"fuse.txt"), b"over /dev/fuse\n");
 }

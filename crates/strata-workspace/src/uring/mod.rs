@@ -39,11 +39,14 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Transport {
     /// read(2)/write(2) on /dev/fuse (fuser's session threads).
-    #[default]
     #[serde(rename = "dev-fuse")]
     DevFuse,
-    /// FUSE over io_uring when [`probe`] says it is usable, /dev/fuse
-    /// otherwise (the mount logs which, and why).
+    /// The default: FUSE over io_uring when [`probe`] says it is usable
+    /// and the mount itself succeeds, /dev/fuse otherwise (the mount logs
+    /// which, and why). docs/benchmarks.md ("io_uring as the default")
+    /// has the figures that chose it: io_uring was the fastest FUSE
+    /// transport in every metadata row and no slower for data.
+    #[default]
     #[serde(rename = "auto")]
     IoUringIfAvailable,
     /// FUSE over io_uring or a mount error saying why not.
@@ -68,18 +71,18 @@ impl std::str::FromStr for Transport {
 
 impl Transport {
     /// From the `STRATA_FUSE_TRANSPORT` environment variable: `uring`
-    /// (io_uring or fail), `auto` (io_uring when usable), `dev-fuse` or
-    /// unset: /dev/fuse. Any other value is a mistake (say `io_uring` for
-    /// `uring`): it is logged as a warning naming the accepted values, and
-    /// the mount keeps the default, /dev/fuse, which serves every request
-    /// the same way, only slower for metadata streams.
+    /// (io_uring or fail), `auto` or unset (io_uring when usable, else
+    /// /dev/fuse), `dev-fuse` (/dev/fuse reads). Any other value is a
+    /// mistake (say `io_uring` for `uring`): it is logged as a warning
+    /// naming the accepted values, and the mount keeps the default,
+    /// `auto`, which serves every request the same way over either.
     pub fn from_env() -> Transport {
         let v = std::env::var("STRATA_FUSE_TRANSPORT");
         Transport::parse(v.as_deref().ok()).unwrap_or_else(|bad| {
             tracing::warn!(
-                "STRATA_FUSE_TRANSPORT={bad:?} is not a transport: give uring, auto or dev-fuse; using /dev/fuse"
+                "STRATA_FUSE_TRANSPORT={bad:?} is not a transport: give uring, auto or dev-fuse; using auto"
             );
-            Transport::DevFuse
+            Transport::IoUringIfAvailable
         })
     }
 
@@ -92,13 +95,14 @@ impl Transport {
         }
     }
 
-    /// `None` (unset) and `dev-fuse` are /dev/fuse; `uring` and `auto` as
-    /// in [`Transport::from_env`]; anything else is returned as the error.
+    /// `None` (unset) and `auto` are the default, `auto`; `uring` and
+    /// `dev-fuse` as in [`Transport::from_env`]; anything else is returned
+    /// as the error.
     pub fn parse(v: Option<&str>) -> Result<Transport, String> {
         match v {
-            None | Some("dev-fuse") => Ok(Transport::DevFuse),
+            None | Some("auto") => Ok(Transport::IoUringIfAvailable),
+            Some("dev-fuse") => Ok(Transport::DevFuse),
             Some("uring") => Ok(Transport::IoUring),
-            Some("auto") => Ok(Transport::IoUringIfAvailable),
             Some(other) => Err(other.to_string()),
         }
     }
@@ -110,7 +114,8 @@ mod transport_tests {
 
     #[test]
     fn transport_names_parse_and_a_wrong_one_is_an_error() {
-        assert_eq!(Transport::parse(None), Ok(Transport::DevFuse));
+        assert_eq!(Transport::parse(None), Ok(Transport::IoUringIfAvailable));
+        assert_eq!(Transport::default(), Transport::IoUringIfAvailable);
         assert_eq!(Transport::parse(Some("dev-fuse")), Ok(Transport::DevFuse));
         assert_eq!(Transport::parse(Some("uring")), Ok(Transport::IoUring));
         assert_eq!(
@@ -168,11 +173,11 @@ impl UringProbe {
     /// and why (`strata probe`'s `fuse_transport`).
     pub fn transport_line(&self, t: Transport) -> String {
         match (t, &self.unusable) {
-            (Transport::DevFuse, None) => "/dev/fuse reads (the default; FUSE io_uring is usable: STRATA_FUSE_TRANSPORT=auto or uring serves over it)".into(),
-            (Transport::DevFuse, Some(_)) => "/dev/fuse reads (the default)".into(),
+            (Transport::DevFuse, None) => "/dev/fuse reads (STRATA_FUSE_TRANSPORT=dev-fuse; FUSE io_uring is usable: unset or auto serves over it)".into(),
+            (Transport::DevFuse, Some(_)) => "/dev/fuse reads (STRATA_FUSE_TRANSPORT=dev-fuse)".into(),
             (_, None) => "io_uring (FUSE_INIT, FORGET and INTERRUPT over /dev/fuse)".into(),
             (Transport::IoUringIfAvailable, Some(why)) => {
-                format!("/dev/fuse reads (STRATA_FUSE_TRANSPORT=auto, io_uring unusable: {why})")
+                format!("/dev/fuse reads (the default, auto: io_uring unusable: {why})")
             }
             (Transport::IoUring, Some(why)) => format!(
                 "none: STRATA_FUSE_TRANSPORT=uring but io_uring is unusable ({why}), so mounts fail"
