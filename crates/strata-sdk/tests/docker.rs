@@ -47,6 +47,17 @@ fn a_docker_sandbox_runs_the_whole_flow_with_the_privilege_split() {
         assert_eq!(container.len(), 64);
 
         let ws = sb.mount("p/main", None).await.expect("mount");
+        // The default transport, `auto`, inside the container: io_uring
+        // where the Engine's seccomp profile lets the daemon set up a ring
+        // (Debian 12's docker.io 20.10 does; Docker 25 and later refuse
+        // io_uring_setup by default), else /dev/fuse. Either serves the
+        // flow below; which one is printed for the record.
+        let transport = ws.transport();
+        eprintln!("docker Sandbox's Workspace transport: {transport:?}");
+        assert!(
+            matches!(transport, Some("io_uring" | "/dev/fuse")),
+            "{transport:?}"
+        );
         let o = ws
             .exec([
                 "sh",
