@@ -89,6 +89,11 @@ pub struct SandboxWorkspace {
     pub branch: String,
     /// The commit it shows changes against.
     pub base: String,
+    /// What serves its FUSE requests: `io_uring` or `/dev/fuse` (the
+    /// default transport, `auto`, takes io_uring where the Sandbox's
+    /// kernel offers it); absent when its daemon is older than the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
 }
 
 /// A Sandbox (`strata_sdk::SandboxInfo`, without host paths).

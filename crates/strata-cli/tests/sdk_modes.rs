@@ -138,6 +138,18 @@ fn the_flow_in_both_modes() {
         assert_eq!(sb.state().await, strata_sdk::SandboxState::Running);
         let ws = sb.mount("p/agent", None).await.unwrap();
         assert_eq!(ws.branch(), "p/agent");
+        // What serves it, the same in both modes: the default transport,
+        // auto, takes io_uring where the kernel offers it.
+        let want = match strata_workspace::uring::probe().usable() {
+            true if std::env::var("STRATA_FUSE_TRANSPORT").as_deref() != Ok("dev-fuse") => {
+                "io_uring"
+            }
+            _ => "/dev/fuse",
+        };
+        assert_eq!(ws.transport(), Some(want), "{mode:?}");
+        let listed = sb.workspaces().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].transport(), Some(want), "{mode:?}");
         let o = ws
             .exec(["sh", "-c", "echo 'written in a sandbox' > out.txt; id -u"])
             .output()

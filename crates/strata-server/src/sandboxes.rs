@@ -206,6 +206,7 @@ async fn detailed(sb: &Sandbox) -> SandboxInfo {
                     path: ws.path().to_string(),
                     branch: ws.branch().to_string(),
                     base: ws.base().to_string(),
+                    transport: ws.transport().map(str::to_string),
                 })
                 .collect(),
         );

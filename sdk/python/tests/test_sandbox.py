@@ -4,6 +4,8 @@ reading the Store back through the server."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import strata
@@ -25,6 +27,13 @@ def test_flow_end_to_end(s: strata.Strata, project: str) -> None:
 
         ws = sb.mount(agent)
         assert ws.info.branch == agent and ws.path == "/workspace"
+        # What serves it: the server's default transport, auto, takes FUSE
+        # io_uring where the kernel allows it (scripts/test turns it on).
+        assert ws.info.transport == expected_transport()
+        assert [(w.id, w.info.transport) for w in sb.workspaces()] == [(ws.id, ws.info.transport)]
+        listed = s.sandboxes.get(sb.id).info.workspaces
+        assert listed is not None
+        assert [(w.id, w.transport) for w in listed] == [(ws.id, ws.info.transport)]
         seen: list[str] = []
         r = ws.run(
             ["sh", "-c", "cat README; echo 'written in a sandbox' > out.txt; id -u"],
@@ -208,3 +217,16 @@ def test_output_back_pressure(sandbox: strata.Sandbox, project: str) -> None:
     assert total == size
     assert p.wait().exit_code == 0
     assert ws.run(["cat", "marker"]).stdout == "done\n"
+
+
+def expected_transport() -> str:
+    """What a Sandbox's mount made by this environment's server uses: the
+    server's STRATA_FUSE_TRANSPORT (unset: auto), io_uring only where the
+    kernel's enable_uring is Y."""
+    t = os.environ.get("STRATA_FUSE_TRANSPORT", "auto")
+    try:
+        with open("/sys/module/fuse/parameters/enable_uring") as f:
+            on = f.read().strip() == "Y"
+    except OSError:
+        on = False
+    return "io_uring" if t != "dev-fuse" and on else "/dev/fuse"

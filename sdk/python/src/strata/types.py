@@ -187,17 +187,25 @@ class SandboxInfo:
 @dataclass(frozen=True)
 class WorkspaceInfo:
     """A mounted Workspace: its id, mount path inside the Sandbox, branch
-    (``PROJECT/BRANCH``) and the base commit it shows changes against."""
+    (``PROJECT/BRANCH``), the base commit it shows changes against, and
+    what serves its FUSE requests (``transport``: ``io_uring`` or
+    ``/dev/fuse``; None from a daemon older than the field)."""
 
     id: str
     path: str
     branch: str
     base: str
+    transport: Optional[str] = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WorkspaceInfo:
+        t = d.get("transport")
         return cls(
-            id=_s(d, "id"), path=_s(d, "path"), branch=_s(d, "branch"), base=_s(d, "base")
+            id=_s(d, "id"),
+            path=_s(d, "path"),
+            branch=_s(d, "branch"),
+            base=_s(d, "base"),
+            transport=t if isinstance(t, str) else None,
         )
 
 
