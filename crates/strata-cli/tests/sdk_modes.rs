@@ -126,6 +126,37 @@ where
     }
 }
 
+/// A spec that chooses the FUSE transport works locally and is refused
+/// through a server (whose host decides), with the field named and no
+/// Sandbox created.
+#[test]
+fn a_chosen_fuse_transport_is_refused_through_a_server() {
+    both(|mode, s| async move {
+        let c = &s.client;
+        let r = c
+            .create_sandbox(spec(&s, mode).fuse_transport(strata_sdk::Transport::DevFuse))
+            .await;
+        let mut f = SandboxFilter::default();
+        f.labels
+            .insert("sdk-modes".into(), std::process::id().to_string());
+        match mode {
+            Mode::Local => {
+                let sb = r.expect("a local Sandbox with dev-fuse");
+                let ws = sb.mount("p/main", None).await.unwrap();
+                assert_eq!(ws.transport(), Some("/dev/fuse"));
+                ws.unmount(false).await.unwrap();
+                sb.close().await.unwrap();
+            }
+            Mode::Served => {
+                let e = r.err().expect("refused through the server").to_string();
+                assert!(e.contains("fuse_transport"), "{e}");
+                assert!(e.contains("leave it unset"), "{e}");
+                assert!(c.sandboxes(f).await.unwrap().is_empty());
+            }
+        }
+    });
+}
+
 #[test]
 fn the_flow_in_both_modes() {
     both(|mode, s| async move {
