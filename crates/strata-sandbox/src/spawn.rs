@@ -239,10 +239,12 @@ mod tests {
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
         let (_r2, other) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
         let (wn, on) = (w.as_raw_fd(), other.as_raw_fd());
+        // Through /proc: dash redirects only descriptors 0-9 (`>&12` is
+        // "Bad fd number"), and reopening a pipe there needs it open.
         let script = format!(
             "read -r line; echo \"stdin:[$line] cwd:$(pwd) env:$(env | grep -vc '^PWD=') \
              pgrp:$(cut -d' ' -f5 /proc/$$/stat) pid:$$ \
-             other:$([ -e /proc/$$/fd/{on} ] && echo open || echo closed)\" >&{wn}"
+             other:$([ -e /proc/$$/fd/{on} ] && echo open || echo closed)\" >/proc/$$/fd/{wn}"
         );
         let child = spawn_inheriting(
             std::path::Path::new("/bin/sh"),
