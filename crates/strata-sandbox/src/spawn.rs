@@ -154,8 +154,19 @@ pub(crate) fn spawn_inheriting(
     }
     let pid = Pid::from_raw(pid).ok_or_else(|| std::io::Error::other("posix_spawn gave pid 0"))?;
     // Our child, not yet reaped: the pid cannot have been reused.
-    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK)?;
-    Ok(SpawnedChild { pid, pidfd })
+    match rustix::process::pidfd_open(pid, PidfdFlags::NONBLOCK) {
+        Ok(pidfd) => Ok(SpawnedChild { pid, pidfd }),
+        Err(e) => {
+            // No pidfd (a kernel before 5.3, or a filter that refuses the
+            // call): nobody could wait for the child, so it is stopped
+            // and reaped here rather than left a zombie.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let _ = rustix::process::waitpid(Some(pid), WaitOptions::empty());
+            Err(std::io::Error::other(format!(
+                "pidfd_open of the spawned child: {e}"
+            )))
+        }
+    }
 }
 
 /// posix_spawn_file_actions_t, destroyed on drop.
