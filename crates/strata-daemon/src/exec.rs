@@ -168,9 +168,52 @@ pub(crate) enum LaunchError {
     },
 }
 
+/// The helper (soon the command) as a child of the daemon: spawned for
+/// this exec (tokio's), or the helper that waited for it, started with
+/// posix_spawn and watched through its pidfd (strata-sandbox `spawn`).
+enum Child {
+    Spawned(tokio::process::Child),
+    Waiting(strata_sandbox::SpawnedChild),
+}
+
+impl Child {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Child::Spawned(c) => c.id(),
+            Child::Waiting(c) => Some(c.id()),
+        }
+    }
+
+    /// Wait for the exit and reap. Cancel-safe: a wait dropped early (the
+    /// exec's timeout) can be started again.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Child::Spawned(c) => c.wait().await,
+            Child::Waiting(c) => {
+                // The pidfd is readable once the child has exited
+                // (pidfd_open(2)); waitpid then reaps it. tokio deprecated
+                // its safe constructors for types whose descriptor may be
+                // closed or replaced while registered; an OwnedFd that the
+                // AsyncFd owns cannot be, and this crate has no unsafe.
+                #[allow(deprecated)]
+                let fd = tokio::io::unix::AsyncFd::with_interest(
+                    c.pidfd().try_clone_to_owned()?,
+                    tokio::io::Interest::READABLE,
+                )?;
+                loop {
+                    if let Some(status) = c.try_wait()? {
+                        return Ok(status);
+                    }
+                    fd.readable().await?.clear_ready();
+                }
+            }
+        }
+    }
+}
+
 /// A started helper (soon the command) and our ends of its pipes.
 struct Started {
-    child: tokio::process::Child,
+    child: Child,
     /// The read end of the helper's report pipe.
     report: std::os::fd::OwnedFd,
     stdout: Reader,
@@ -190,12 +233,49 @@ enum HandOff {
 }
 
 /// Give the command to a helper started ahead of it, with pipes for its
-/// stdio (stdin /dev/null unless wanted), as [`spawn_helper`] would.
+/// stdio (stdin /dev/null unless wanted), as [`spawn_helper`] would. A
+/// helper that did not take it (its socket is closed by then, so it exits
+/// if it still runs) is reaped in the background.
 fn hand_to_waiting(
     ready: crate::prestart::Ready,
     spec: &strata_sandbox::ExecSpec,
     want_stdin: bool,
 ) -> Result<Started, HandOff> {
+    let crate::prestart::Ready { child, helper } = ready;
+    match hand_over(helper, spec, want_stdin) {
+        Ok((report, stdout, stderr, stdin)) => Ok(Started {
+            child: Child::Waiting(child),
+            report,
+            stdout,
+            stderr: Some(stderr),
+            stdin,
+            pty: None,
+        }),
+        Err(e) => {
+            reap_later(child);
+            Err(e)
+        }
+    }
+}
+
+/// Reap a child of ours that ends without an exec waiting for it (a
+/// pre-started helper let go), so that it does not stay a zombie holding
+/// a pid of the commands' cgroup. Outside a runtime (the daemon is ending)
+/// it is left to the Sandbox's init.
+pub(crate) fn reap_later(child: strata_sandbox::SpawnedChild) {
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let _ = Child::Waiting(child).wait().await;
+        });
+    }
+}
+
+/// The hand-off itself: the report pipe, stdout, stderr and stdin.
+fn hand_over(
+    helper: strata_sandbox::Prestarted,
+    spec: &strata_sandbox::ExecSpec,
+    want_stdin: bool,
+) -> Result<(std::os::fd::OwnedFd, Reader, Reader, Option<Writer>), HandOff> {
     use std::os::fd::{AsFd, OwnedFd};
     let gone = |what: &str, e: std::io::Error| HandOff::Gone(format!("{what}: {e}"));
     let (out_r, out_w) = std::io::pipe().map_err(|e| gone("stdout pipe", e))?;
@@ -207,7 +287,6 @@ fn hand_to_waiting(
         let null = std::fs::File::open("/dev/null").map_err(|e| gone("/dev/null", e))?;
         (null.into(), None)
     };
-    let crate::prestart::Ready { child, helper } = ready;
     let report = helper
         .hand(spec, their_in.as_fd(), out_w.as_fd(), err_w.as_fd())
         .map_err(|e| match e {
@@ -228,14 +307,12 @@ fn hand_to_waiting(
         ) as Writer),
         None => None,
     };
-    Ok(Started {
-        child,
-        report: report.into_fd(),
-        stdout: reader(out_r.into(), "stdout")?,
-        stderr: Some(reader(err_r.into(), "stderr")?),
+    Ok((
+        report.into_fd(),
+        reader(out_r.into(), "stdout")?,
+        reader(err_r.into(), "stderr")?,
         stdin,
-        pty: None,
-    })
+    ))
 }
 
 /// Start a helper for this exec (the daemon forks, the helper binary
@@ -309,7 +386,7 @@ fn spawn_helper(
         ),
     };
     Ok(Started {
-        child,
+        child: Child::Spawned(child),
         report: report.into_fd(),
         stdout,
         stderr,

@@ -5,8 +5,10 @@
 //!
 //! The slot holds at most one helper. An exec takes it (or finds it empty
 //! and starts a helper for itself, as before: concurrent execs, a helper
-//! that died, an exec with a terminal) and a new one is started at once
-//! on a blocking thread, beside the command. At start the first helper is
+//! that died, an exec with a terminal) and, once its command is handed
+//! over, a new one is started on a blocking thread, beside the command.
+//! It is started with posix_spawn (strata-sandbox `spawn`), so the daemon
+//! is not forked for it, and waited for through its pidfd. At start the first helper is
 //! what builds the commands' mount namespace, so it replaces the former
 //! warm-up run. When the daemon stops, [`Slot::close`] drops the waiting
 //! helper's socket: it reads end of file and exits 0 having run nothing.
@@ -19,10 +21,7 @@ use parking_lot::Mutex;
 
 /// A helper waiting for its command: the process (a child of the daemon,
 /// which becomes the command at its execve) and its request socket.
-pub(crate) struct Ready {
-    pub child: tokio::process::Child,
-    pub helper: strata_sandbox::Prestarted,
-}
+pub(crate) type Ready = strata_sandbox::PrestartedHelper;
 
 pub(crate) struct Slot {
     exe: PathBuf,
@@ -44,11 +43,11 @@ impl Slot {
         })
     }
 
-    /// The waiting helper, if there is a live one; starts the next.
+    /// The waiting helper, if there is a live one. The caller starts the
+    /// next ([`Slot::refill`]) once it has handed its command over, so that
+    /// the new helper's start does not run beside the hand-off.
     pub(crate) fn take(self: &Arc<Self>) -> Option<Ready> {
-        let taken = self.ready.lock().take();
-        self.refill();
-        let mut r = taken?;
+        let r = self.ready.lock().take()?;
         match r.child.try_wait() {
             Ok(None) => Some(r),
             // Gone (a kill of the commands' cgroup, say): the exec starts a
@@ -78,8 +77,8 @@ impl Slot {
             let mut ready = slot.ready.lock();
             match started {
                 Ok(Some(r)) if !slot.off.load(Ordering::SeqCst) => *ready = Some(r),
-                // Stopping: dropping it closes its socket, it exits.
-                Ok(Some(_)) => {}
+                // Stopping: dropping its socket makes it exit.
+                Ok(Some(r)) => crate::exec::reap_later(r.child),
                 Ok(None) => slot.off.store(true, Ordering::SeqCst),
                 Err(e) => tracing::warn!("starting an exec helper ahead of the next exec: {e}"),
             }
@@ -88,37 +87,17 @@ impl Slot {
     }
 
     fn start(&self) -> Result<Option<Ready>, String> {
-        let Some(strata_sandbox::PrestartCommand {
-            mut command,
-            helper,
-        }) = strata_sandbox::prestarted_helper_command(&self.exe).map_err(|e| e.to_string())?
-        else {
-            return Ok(None);
-        };
-        // /dev/null until the request brings the command's stdio; a process
-        // group of its own, so that the command's pgid is its pid from its
-        // first instant (Exec::signal_group).
-        command
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .current_dir("/");
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut cmd = tokio::process::Command::from(command);
-        cmd.kill_on_drop(false);
-        // The spawn forks this process: smaller is cheaper.
-        strata_sandbox::release_free_heap();
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("{}: {e}", self.exe.display()))?;
-        // Our copy of the helper's end of the socket goes with `cmd`.
-        drop(cmd);
-        Ok(Some(Ready { child, helper }))
+        // posix_spawn (strata-sandbox `spawn`): no fork of this process, so
+        // neither its size nor a release of its free heap matters here.
+        strata_sandbox::start_prestarted_helper(&self.exe).map_err(|e| e.to_string())
     }
 
     /// No more helpers; the waiting one (if any) is let go.
     pub(crate) fn close(&self) {
         self.off.store(true, Ordering::SeqCst);
-        drop(self.ready.lock().take());
+        if let Some(r) = self.ready.lock().take() {
+            // Its socket closes here: it exits, and is reaped.
+            crate::exec::reap_later(r.child);
+        }
     }
 }

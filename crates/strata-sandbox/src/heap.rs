@@ -1,6 +1,8 @@
-//! The daemon's heap, kept small because the daemon forks: every exec
-//! helper is spawned with fork(2) (it needs a `pre_exec` step, see
-//! internal.rs). fork copies the page-table entry of every resident page
+//! The daemon's heap, kept small because the daemon forks: an exec helper
+//! started for its exec (concurrent execs, `--tty`) is spawned with
+//! fork(2) (it needs a `pre_exec` step, see internal.rs); the helper kept
+//! waiting ahead of the next exec is started with posix_spawn instead
+//! (spawn.rs), which copies nothing. fork copies the page-table entry of every resident page
 //! and write-protects the parent's private pages (copy-on-write), so the
 //! child's start, its execve's teardown of the copy and the parent's next
 //! write to each page all cost in proportion to the parent's resident

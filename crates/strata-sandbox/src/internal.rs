@@ -676,13 +676,16 @@ fn wire_memfd(
         .map_err(|source| SpawnError::Settings { source })
 }
 
-/// The helper [`crate::prestart`] starts ahead of its exec: it joins the
-/// commands' cgroup and waits on `socket` (its end of the request
-/// socketpair) for one command. Its settings name no command.
-pub(crate) fn waiting_helper_command(
+/// Start the helper [`crate::prestart`] keeps ahead of its exec: it joins
+/// the commands' cgroup and waits on `socket` (its end of the request
+/// socketpair) for one command. Its settings name no command. Started
+/// with posix_spawn ([`crate::spawn`]): the memfd, the socket and the
+/// cgroup descriptors become inheritable in the child alone, as
+/// [`inherit_in_child`] makes them for a forked one.
+pub(crate) fn spawn_waiting_helper(
     exe: &Path,
     socket: OwnedFd,
-) -> Result<std::process::Command, SpawnError> {
+) -> Result<crate::spawn::SpawnedChild, SpawnError> {
     let join = commands_cgroup_fds()?;
     let spec = ExecSpec {
         argv: Vec::new(),
@@ -693,11 +696,20 @@ pub(crate) fn waiting_helper_command(
         session: Session::default(),
     };
     let settings = wire_memfd(&spec, -1, join.clone(), Some(socket.as_raw_fd()))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg(EXEC_ARG).arg(settings.as_raw_fd().to_string());
-    cmd.env_clear();
-    inherit_in_child(&mut cmd, vec![settings, socket], join);
-    Ok(cmd)
+    let fd_arg = settings.as_raw_fd().to_string();
+    let mut inherit = vec![settings.as_raw_fd(), socket.as_raw_fd()];
+    inherit.extend(join);
+    crate::spawn::spawn_inheriting(
+        exe,
+        &[OsStr::new(EXEC_ARG), OsStr::new(&fd_arg)],
+        &inherit,
+        crate::spawn::ChildStdio::Null,
+        true,
+    )
+    .map_err(|source| SpawnError::StartHelper {
+        exe: exe.to_path_buf(),
+        source,
+    })
 }
 
 /// A request's settings for a pre-started helper: the memfd, and the

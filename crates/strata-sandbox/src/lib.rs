@@ -73,6 +73,7 @@ pub mod rlimit;
 mod rmtree;
 pub mod seccomp;
 pub mod selfcheck;
+mod spawn;
 pub mod spec;
 
 pub use backend::{
@@ -98,7 +99,8 @@ pub use ns::{
     read_report, ConfigError, Outcome, Report, RunAs, RunError, SandboxChild, SandboxCommand,
     SandboxConfig, SpawnError,
 };
-pub use prestart::{prestarted_helper_command, HandError, PrestartCommand, Prestarted};
+pub use prestart::{start_prestarted_helper, HandError, Prestarted, PrestartedHelper};
 pub use rlimit::{Resource, Rlimit, RlimitError};
 pub use seccomp::{Allowed, CompiledPolicy, Policy, Rule, ALLOW, POLICY};
 pub use selfcheck::{host_allows_unprivileged_userns, run_selfcheck, SelfCheck, SelfCheckError};
+pub use spawn::SpawnedChild;

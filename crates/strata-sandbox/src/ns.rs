@@ -221,6 +221,11 @@ pub enum SpawnError {
     CommandsCgroup { message: String },
     #[error("sandbox spawn: starting {exe} {INIT_ARG}: {source}")]
     Start { exe: PathBuf, source: io::Error },
+    #[error(
+        "starting the exec helper {exe} {}: {source}",
+        crate::internal::EXEC_ARG
+    )]
+    StartHelper { exe: PathBuf, source: io::Error },
 }
 
 /// Waiting for the Sandbox failed, or the Sandbox (not the command) failed.

@@ -63,13 +63,12 @@ pub(crate) const REQUEST_TAG: &[u8] = b"strata-exec-request";
 /// Descriptors in a request (settings, report, stdin, stdout, stderr).
 const REQUEST_FDS: usize = 5;
 
-/// A helper started ahead of its exec, ready to spawn: set nothing on
-/// `command` but what [`prestarted_helper_command`] says, spawn it, then
-/// **drop `command`** (it holds the helper's end of the socket) and keep
-/// `helper` to hand it one command.
+/// A helper started ahead of its exec, waiting: the process (which
+/// becomes the command at its `execve`) and the daemon's end of its
+/// request socket, to hand it one command.
 #[derive(Debug)]
-pub struct PrestartCommand {
-    pub command: std::process::Command,
+pub struct PrestartedHelper {
+    pub child: crate::spawn::SpawnedChild,
     pub helper: Prestarted,
 }
 
@@ -92,19 +91,19 @@ pub enum HandError {
     Send { source: std::io::Error },
 }
 
-/// A helper that starts now and waits for one command, for a Sandbox's
-/// daemon: `exe` (a binary calling [`crate::maybe_run_internal`]) re-executes
+/// Start a helper that waits for one command, for a Sandbox's daemon:
+/// `exe` (a binary calling [`crate::maybe_run_internal`]) re-executes
 /// itself as `EXE __strata-exec FD`, joins the commands' cgroup, enters the
 /// commands' mount namespace (building it if no exec has yet, see
-/// [`crate::commands_ns`]), compiles the seccomp filter and
-/// waits on its socket. The caller spawns `command` with stdin, stdout and
-/// stderr on /dev/null and, for execs with pipes, in a process group of its
-/// own (`process_group(0)`: the command's pgid is then its pid from its
-/// first instant, as with a helper spawned for the exec). `None` where
-/// this process has no commands' namespace (not a Sandbox's daemon, or a
-/// Sandbox made before [`crate::commands_ns`]): start helpers per exec
-/// there.
-pub fn prestarted_helper_command(exe: &Path) -> Result<Option<PrestartCommand>, SpawnError> {
+/// [`crate::commands_ns`]), compiles the seccomp filter and waits on its
+/// socket. It is started with posix_spawn(3), not fork(2) (see
+/// [`crate::spawn`]), with stdin, stdout and stderr on /dev/null, cwd `/`
+/// and in a process group of its own (the command's pgid is then its pid
+/// from its first instant, as with a helper spawned for an exec with
+/// pipes). `None` where this process has no commands' namespace (not a
+/// Sandbox's daemon, or a Sandbox made before [`crate::commands_ns`]):
+/// start helpers per exec there.
+pub fn start_prestarted_helper(exe: &Path) -> Result<Option<PrestartedHelper>, SpawnError> {
     if !Path::new(crate::commands_ns::NS_DIR).is_dir() {
         return Ok(None);
     }
@@ -115,9 +114,11 @@ pub fn prestarted_helper_command(exe: &Path) -> Result<Option<PrestartCommand>, 
         None,
     )
     .map_err(|e| SpawnError::Settings { source: e.into() })?;
-    let command = crate::internal::waiting_helper_command(exe, theirs)?;
-    Ok(Some(PrestartCommand {
-        command,
+    // Our copy of the helper's end closes when this returns: only the
+    // helper holds it then, and its end of file is ours being dropped.
+    let child = crate::internal::spawn_waiting_helper(exe, theirs)?;
+    Ok(Some(PrestartedHelper {
+        child,
         helper: Prestarted { socket: ours },
     }))
 }

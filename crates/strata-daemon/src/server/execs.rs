@@ -202,7 +202,11 @@ pub(super) async fn exec_create(
         // A terminal needs a helper of its own (Exec::start).
         prestarted: if req.tty { None } else { st.prestart.take() },
     };
-    let exec = Exec::start(launch).map_err(|e| match e {
+    let exec = Exec::start(launch);
+    // The next helper is started now, after the hand-off (not beside it),
+    // and runs its start-up beside the command.
+    st.prestart.refill();
+    let exec = exec.map_err(|e| match e {
         LaunchError::Spec(m) => ApiError::invalid(m),
         other => ApiError::internal(other.to_string()),
     })?;
