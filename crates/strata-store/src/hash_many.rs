@@ -167,6 +167,37 @@ mod tests {
         assert!(hash_each(Kind::Chunk, &[]).is_empty());
     }
 
+    /// The ids of a 32 MiB random file's chunks both ways, with the CPU
+    /// each took (printed, for docs/benchmarks.md; no speed is asserted).
+    /// `cargo test --release -p strata-store --lib hash_many -- --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore]
+    fn cpu_of_a_32_mib_file_both_ways() {
+        let data = bytes(5, 32 << 20);
+        let cuts = crate::chunker::cut_points(&data);
+        let refs: Vec<&[u8]> = cuts.iter().map(|&(o, l)| &data[o..o + l]).collect();
+        let t = std::time::Instant::now();
+        let one: Vec<ObjectId> = refs
+            .iter()
+            .map(|d| ObjectId::hash(Kind::Chunk, d))
+            .collect();
+        let one_t = t.elapsed();
+        let t = std::time::Instant::now();
+        let many: Vec<ObjectId> = refs
+            .chunks(64)
+            .flat_map(|g| hash_each(Kind::Chunk, g))
+            .collect();
+        let many_t = t.elapsed();
+        assert_eq!(one, many);
+        println!(
+            "{} chunks of 32 MiB: one at a time {:.1} ms, 64 at a time {:.1} ms (one thread)",
+            cuts.len(),
+            one_t.as_secs_f64() * 1e3,
+            many_t.as_secs_f64() * 1e3
+        );
+    }
+
     /// Many random lengths between CHUNK_MIN and CHUNK_MAX, as a file's
     /// chunks are.
     #[test]
