@@ -19,6 +19,17 @@
 /// From mmap the buffer is zero pages that become resident only as far as
 /// requests fill them, and is unmapped when the mount ends. Setting the
 /// threshold turns the dynamic adjustment off.
+///
+/// That also fixed the trim threshold at its 128 KiB default: every free
+/// that left more than 128 KiB free at the top of an arena gave it back
+/// to the kernel (madvise), so a commit of a fresh file faulted its
+/// memory in again part after part (its 2 MiB parts of chunk copies, freed
+/// by the insert thread as it goes): page faults and madvise were a
+/// quarter of the daemon's insert thread's samples and a tenth of its
+/// hashing threads' (perf, docs/benchmarks.md, "The commit step through a
+/// Sandbox's daemon"). So free memory stays in the arenas up to
+/// `TRIM_THRESHOLD`; [`release_free_heap`] still gives all of it back
+/// before each fork.
 pub fn fix_mmap_threshold() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt(3) changes a tunable of glibc's allocator; it takes
@@ -26,8 +37,14 @@ pub fn fix_mmap_threshold() {
     // held while it applies the change).
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, TRIM_THRESHOLD);
     }
 }
+
+/// Free memory an arena keeps at its top (above, `fix_mmap_threshold`):
+/// more than a commit's parts in flight and its SQLite page cache.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_THRESHOLD: libc::c_int = 64 << 20;
 
 /// Give the allocator's free heap pages back to the kernel before a fork
 /// (module docs): glibc keeps freed memory in each thread's arena.

@@ -6,8 +6,9 @@
 //! thread's samples there, plus the two fsyncs (perf, docs/benchmarks.md,
 //! "Commit cost"). So the write connection has `wal_autocheckpoint = 0` and
 //! this thread, with its own connection, checkpoints after any write
-//! transaction that left the WAL at `CHECKPOINT_PAGES` or more pages not
-//! yet copied: the same threshold as before, but the commit returns first.
+//! transaction that left the WAL at `CHECKPOINT_PAGES` or more pages with
+//! some not yet copied (`checkpoint_if_due` says why not only when that
+//! many wait): the same threshold as before, but the commit returns first.
 //!
 //! Durability is unchanged (docs/reliability.md): a commit is in the WAL
 //! when it returns, and a checkpoint never decides what survives a crash;
@@ -102,14 +103,25 @@ fn run(conn: &Connection, shared: &Shared) {
     }
 }
 
-/// Checkpoint (PASSIVE) if the WAL holds `CHECKPOINT_PAGES` pages not yet
-/// copied into the database. Returns whether it ran.
+/// Checkpoint (PASSIVE) if the WAL is `CHECKPOINT_PAGES` pages or longer
+/// and not all of it is copied into the database. Returns whether it ran.
+///
+/// Not only when that many pages wait: SQLite starts the WAL over (the
+/// next write goes to its first frame) only if every frame was copied
+/// when that write begins. A commit's small last transactions (its trees,
+/// the branch head) land while the checkpoint of its large one runs, after
+/// the checkpoint's snapshot, and were left in the WAL: every later write
+/// then appended behind them, so the WAL grew by each commit's size (to
+/// ~200 MiB after five fresh 32 MiB files, docs/benchmarks.md) and every
+/// frame went to a new part of the file, which ext4 allocates and zeroes
+/// page by page. Copying such a tail costs a few pages and two fsyncs off
+/// the writers' path, once per long WAL: the next write starts it over.
 pub(crate) fn checkpoint_if_due(conn: &Connection) -> Result<bool> {
     // NOOP: the WAL's frame count and how many are copied, for free.
     let (log, done): (i64, i64) = conn
         .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
         .ctx("read the WAL's size")?;
-    if log - done < CHECKPOINT_PAGES {
+    if log < CHECKPOINT_PAGES || done >= log {
         return Ok(false);
     }
     conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()))

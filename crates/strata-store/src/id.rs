@@ -32,7 +32,7 @@ impl Kind {
         }
     }
 
-    fn context(self) -> &'static str {
+    pub(crate) fn context(self) -> &'static str {
         match self {
             Kind::Chunk => "strata 2026-11 object chunk v1",
             Kind::Page => "strata 2026-11 object manifest-page v1",

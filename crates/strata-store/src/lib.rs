@@ -13,6 +13,7 @@ mod edit;
 mod error;
 mod export;
 mod files;
+mod hash_many;
 mod id;
 mod maint;
 mod meta;
