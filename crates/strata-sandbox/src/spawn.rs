@@ -248,7 +248,12 @@ mod tests {
     #[test]
     fn the_child_inherits_only_the_listed_descriptors() {
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
-        let (_r2, other) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let (_r2, low) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        // A high number: the shell's own descriptors (its command
+        // substitutions' pipes take the lowest free numbers) once made a
+        // low `other` read as open in the child.
+        let other = rustix::io::fcntl_dupfd_cloexec(&low, 300).unwrap();
+        drop(low);
         let (wn, on) = (w.as_raw_fd(), other.as_raw_fd());
         // Through /proc: dash redirects only descriptors 0-9 (`>&12` is
         // "Bad fd number"), and reopening a pipe there needs it open.
