@@ -17,6 +17,7 @@
 //! can be lost. Every command is waited for by the daemon (no zombie); its
 //! orphans are reaped by the Sandbox's init (PID 1).
 
+use crate::child::{reap_later, Child};
 use rustix::process::{Pid, Signal};
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -168,49 +169,6 @@ pub(crate) enum LaunchError {
     },
 }
 
-/// The helper (soon the command) as a child of the daemon: spawned for
-/// this exec (tokio's), or the helper that waited for it, started with
-/// posix_spawn and watched through its pidfd (strata-sandbox `spawn`).
-enum Child {
-    Spawned(tokio::process::Child),
-    Waiting(strata_sandbox::SpawnedChild),
-}
-
-impl Child {
-    fn id(&self) -> Option<u32> {
-        match self {
-            Child::Spawned(c) => c.id(),
-            Child::Waiting(c) => Some(c.id()),
-        }
-    }
-
-    /// Wait for the exit and reap. Cancel-safe: a wait dropped early (the
-    /// exec's timeout) can be started again.
-    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        match self {
-            Child::Spawned(c) => c.wait().await,
-            Child::Waiting(c) => {
-                // The pidfd is readable once the child has exited
-                // (pidfd_open(2)); waitpid then reaps it. tokio deprecated
-                // its safe constructors for types whose descriptor may be
-                // closed or replaced while registered; an OwnedFd that the
-                // AsyncFd owns cannot be, and this crate has no unsafe.
-                #[allow(deprecated)]
-                let fd = tokio::io::unix::AsyncFd::with_interest(
-                    c.pidfd().try_clone_to_owned()?,
-                    tokio::io::Interest::READABLE,
-                )?;
-                loop {
-                    if let Some(status) = c.try_wait()? {
-                        return Ok(status);
-                    }
-                    fd.readable().await?.clear_ready();
-                }
-            }
-        }
-    }
-}
-
 /// A started helper (soon the command) and our ends of its pipes.
 struct Started {
     child: Child,
@@ -255,18 +213,6 @@ fn hand_to_waiting(
             reap_later(child);
             Err(e)
         }
-    }
-}
-
-/// Reap a child of ours that ends without an exec waiting for it (a
-/// pre-started helper let go), so that it does not stay a zombie holding
-/// a pid of the commands' cgroup. Outside a runtime (the daemon is ending)
-/// it is left to the Sandbox's init.
-pub(crate) fn reap_later(child: strata_sandbox::SpawnedChild) {
-    if let Ok(rt) = tokio::runtime::Handle::try_current() {
-        rt.spawn(async move {
-            let _ = Child::Waiting(child).wait().await;
-        });
     }
 }
 

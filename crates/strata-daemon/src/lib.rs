@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod child;
 pub mod config;
 mod error;
 pub mod exec;

@@ -78,7 +78,7 @@ impl Slot {
             match started {
                 Ok(Some(r)) if !slot.off.load(Ordering::SeqCst) => *ready = Some(r),
                 // Stopping: dropping its socket makes it exit.
-                Ok(Some(r)) => crate::exec::reap_later(r.child),
+                Ok(Some(r)) => crate::child::reap_later(r.child),
                 Ok(None) => slot.off.store(true, Ordering::SeqCst),
                 Err(e) => tracing::warn!("starting an exec helper ahead of the next exec: {e}"),
             }
@@ -97,7 +97,7 @@ impl Slot {
         self.off.store(true, Ordering::SeqCst);
         if let Some(r) = self.ready.lock().take() {
             // Its socket closes here: it exits, and is reaped.
-            crate::exec::reap_later(r.child);
+            crate::child::reap_later(r.child);
         }
     }
 }

@@ -65,15 +65,7 @@ impl MountHandle {
     /// its remaining users and the Workspace stays "mounted" until they go.
     pub fn unmount(mut self) -> Result<()> {
         if let Some(mp) = &self.mountpoint {
-            match rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()) {
-                Ok(()) => {}
-                // umount(2) wants CAP_SYS_ADMIN; a caller without it got
-                // its mount from fusermount3 (fuser's fallback, and
-                // `auto`'s, see `mount`), whose `-u` unmounts a FUSE mount
-                // its caller owns, as fuser does (fuse_pure.rs).
-                Err(rustix::io::Errno::PERM) => fusermount_unmount(mp, false)?,
-                Err(e) => return Err(WsError::io("unmount", mp.clone())(e.into())),
-            }
+            unmount_path(mp, false)?;
         }
         self.join_inner()
     }
@@ -130,21 +122,10 @@ impl Drop for MountHandle {
             return;
         }
         if let Some(mp) = &self.mountpoint {
-            let done = match rustix::mount::unmount(mp, rustix::mount::UnmountFlags::empty()) {
-                Ok(()) => true,
-                // Mounted by fusermount3 for a caller without
-                // CAP_SYS_ADMIN (see `unmount`).
-                Err(rustix::io::Errno::PERM) => fusermount_unmount(mp, false).is_ok(),
-                Err(_) => false,
-            };
-            if !done {
+            if unmount_path(mp, false).is_err() {
                 // Busy: detach now, the kernel finishes when the last user
                 // goes (umount2(2) MNT_DETACH; fusermount3 -z).
-                if rustix::mount::unmount(mp, rustix::mount::UnmountFlags::DETACH)
-                    == Err(rustix::io::Errno::PERM)
-                {
-                    let _ = fusermount_unmount(mp, true);
-                }
+                let _ = unmount_path(mp, true);
                 // The Workspace counts as mounted (no second mount, no
                 // discard) until the session really ends.
                 if let Some(s) = self.session.take() {
@@ -160,6 +141,22 @@ impl Drop for MountHandle {
             }
         }
         let _ = self.join_inner();
+    }
+}
+
+/// umount2(2) of `mp` (MNT_DETACH if `lazy`). It wants CAP_SYS_ADMIN; a
+/// caller without it got its mount from fusermount3 (fuser's fallback, and
+/// `auto`'s, see `Workspace::mount`), whose `-u` unmounts a FUSE mount its
+/// caller owns, as fuser does (fuse_pure.rs).
+fn unmount_path(mp: &Path, lazy: bool) -> Result<()> {
+    let flags = match lazy {
+        true => rustix::mount::UnmountFlags::DETACH,
+        false => rustix::mount::UnmountFlags::empty(),
+    };
+    match rustix::mount::unmount(mp, flags) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::PERM) => fusermount_unmount(mp, lazy),
+        Err(e) => Err(WsError::io("unmount", mp.to_path_buf())(e.into())),
     }
 }
 
