@@ -23,43 +23,35 @@
 //! Layout (see `seccomp(2)`):
 //!
 //! * [`ALLOW`] and [`POLICY`] – review those tables.
-//! * [`Policy::compile`] – turns them into BPF with `seccompiler` 0.5:
-//!   the allow-list program (every call in either table passes, the rest
-//!   gets ENOSYS), one program per errno of [`POLICY`] (a seccompiler
-//!   filter has one match action), plus a hand-written guard against the
-//!   x32 ABI.
-//! * [`CompiledPolicy::install`] – installs the programs with `seccomp(2)`.
-//!   It does not allocate, so it can run in a child forked from a
-//!   multi-threaded process (the tests do that).
+//! * [`Policy::compile`] – turns them into one BPF program ([`bpf`]): the
+//!   architecture check, then a binary search over the syscall number
+//!   whose leaves are the tables' answers (allow, an errno, or a call's
+//!   argument check), ENOSYS for every number not listed.
+//! * [`CompiledPolicy::install`] – installs it with `seccomp(2)`. It does
+//!   not allocate, so it can run in a child forked from a multi-threaded
+//!   process (the tests do that).
 //!
-//! When several filters are installed, the kernel runs all of them and takes
-//! the most severe action (ERRNO beats ALLOW); between two ERRNO results
-//! the errno of the filter installed last wins (`seccomp_run_filters`), so
-//! the programs are built such that at most one of them returns ERRNO for
-//! any call: the allow-list program lets every call of [`POLICY`] through
-//! and leaves the refusal to that call's program, and the deny programs
-//! allow everything they do not name. Each call therefore has one answer
-//! whatever the order of installation.
+//! Each call has exactly one answer in the program, so nothing depends on
+//! how the kernel combines several filters. (Until docs/benchmarks.md "A
+//! binary-search seccomp program", the tables were compiled with
+//! seccompiler into four programs, the allow list, one per errno and an
+//! x32 guard; the equivalence test still builds those and checks that
+//! both give every call the same answer.)
 //!
-//! Architecture: x86_64 only. The filters check the architecture first; a
+//! Architecture: x86_64 only. The program checks the architecture first; a
 //! syscall made through another ABI (e.g. `int 0x80` i386 compat) fails
-//! seccompiler's architecture check and the process is killed
-//! (SECCOMP_RET_KILL_PROCESS). 32-bit binaries therefore do not run in a
+//! that check and the process is killed (SECCOMP_RET_KILL_PROCESS); an x32
+//! call (x86_64 arch, number with bit 30 set) gets ENOSYS. 32-bit binaries therefore do not run in a
 //! Sandbox; that is deliberate (their syscall numbers differ and would
 //! bypass tables keyed by the 64-bit numbers).
 
-use std::collections::BTreeMap;
 use std::io;
-
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
-};
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("strata-sandbox's seccomp allow list is written for x86_64 only (syscall names and numbers differ elsewhere)");
 
 mod allow;
+mod bpf;
 pub use allow::ALLOW;
 
 /// One line of the allow list ([`ALLOW`]).
@@ -242,394 +234,93 @@ impl Default for Policy {
     }
 }
 
-/// Building the BPF programs failed.
+/// Building the BPF program failed: the tables ask for something the
+/// program cannot express. Fix the table line named.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
-    #[error("seccomp: this architecture ({arch}) is not supported by seccompiler")]
-    Arch { arch: &'static str },
-    #[error("seccomp: bad condition in the rule for {syscall}: {source}")]
+    #[error("seccomp: the line for {syscall} has number {nr}, outside 0..0x40000000 (x86_64 numbers only)")]
+    Number {
+        syscall: &'static str,
+        nr: libc::c_long,
+    },
+    #[error("seccomp: {syscall} has two lines in POLICY; give each call one line")]
+    Duplicate { syscall: &'static str },
+    #[error("seccomp: bad condition in the rule for {syscall}: {why}")]
     Condition {
         syscall: &'static str,
-        source: seccompiler::BackendError,
+        why: &'static str,
     },
-    #[error("seccomp: building the filter for errno {errno}: {source}")]
-    Filter {
-        errno: i32,
-        source: seccompiler::BackendError,
-    },
+    #[error("seccomp: the program has {len} instructions, more than BPF_MAXINSNS (4096)")]
+    TooLong { len: usize },
 }
 
 /// Installing a compiled policy failed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    #[error("seccomp: installing filter {index} ({what}) with seccomp(SECCOMP_SET_MODE_FILTER): {source} (no_new_privs must be set first unless the caller has CAP_SYS_ADMIN)")]
-    Install {
-        index: usize,
-        what: &'static str,
-        source: io::Error,
-    },
-    #[error("seccomp: filter {index} has {len} instructions, more than BPF_MAXINSNS")]
-    TooLong { index: usize, len: usize },
+    #[error("seccomp: installing the filter with seccomp(SECCOMP_SET_MODE_FILTER): {source} (no_new_privs must be set first unless the caller has CAP_SYS_ADMIN)")]
+    Install { source: io::Error },
 }
 
-/// BPF programs ready to install.
+/// The BPF program, ready to install.
 #[derive(Debug, Clone)]
 pub struct CompiledPolicy {
-    programs: Vec<(&'static str, BpfProgram)>,
+    program: Vec<libc::sock_filter>,
 }
 
 impl Policy {
-    /// Compile to BPF for the running architecture.
+    /// Compile to one BPF program (x86_64; see [`bpf`] for its shape).
     pub fn compile(&self) -> Result<CompiledPolicy, CompileError> {
-        let arch: TargetArch =
-            std::env::consts::ARCH
-                .try_into()
-                .map_err(|_| CompileError::Arch {
-                    arch: std::env::consts::ARCH,
-                })?;
-        // One program per errno: seccompiler gives every matching rule of a
-        // filter the same action.
-        let mut by_errno: BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
-        for rule in self.rules {
-            let table = by_errno.entry(rule.errno).or_default();
-            // Each syscall has one line in the table (a unit test checks),
-            // so inserting never overwrites another rule's conditions.
-            // An empty rule list means "unconditional" to seccompiler.
-            let rules = seccompiler_rules(rule)?.unwrap_or_default();
-            table.insert(rule.nr, rules);
-        }
-        let mut programs = Vec::new();
-        // The allow list: its calls and every call POLICY names pass (the
-        // refusal of the latter is their own program's, see the module
-        // docs); anything else is ENOSYS.
-        let passed: BTreeMap<i64, Vec<SeccompRule>> = self
-            .allow
-            .iter()
-            .map(|a| a.nr)
-            .chain(self.rules.iter().map(|r| r.nr))
-            .map(|nr| (nr, Vec::new()))
-            .collect();
-        let filter = SeccompFilter::new(
-            passed,
-            SeccompAction::Errno(ENOSYS as u32),
-            SeccompAction::Allow,
-            arch,
-        )
-        .map_err(|source| CompileError::Filter {
-            errno: ENOSYS,
-            source,
-        })?;
-        let prog: BpfProgram = filter.try_into().map_err(|source| CompileError::Filter {
-            errno: ENOSYS,
-            source,
-        })?;
-        programs.push(("allow list, ENOSYS for the rest", prog));
-        for (errno, table) in by_errno {
-            let filter = SeccompFilter::new(
-                table,
-                SeccompAction::Allow,
-                SeccompAction::Errno(errno as u32),
-                arch,
-            )
-            .map_err(|source| CompileError::Filter { errno, source })?;
-            let prog: BpfProgram = filter
-                .try_into()
-                .map_err(|source| CompileError::Filter { errno, source })?;
-            let what = if errno == EPERM {
-                "deny list, EPERM"
-            } else {
-                "deny list, ENOSYS"
-            };
-            programs.push((what, prog));
-        }
-        programs.push(("x32 ABI guard", x32_guard()));
-        Ok(CompiledPolicy { programs })
+        Ok(CompiledPolicy {
+            program: bpf::program(self)?,
+        })
     }
-}
-
-/// The seccompiler rules for one policy line; `None` means unconditional.
-fn seccompiler_rules(rule: &Rule) -> Result<Option<Vec<SeccompRule>>, CompileError> {
-    let bad = |source| CompileError::Condition {
-        syscall: rule.name,
-        source,
-    };
-    match rule.when {
-        When::Always => Ok(None),
-        // Rules of one syscall are OR-ed: one rule per bit, each "arg & bit == bit".
-        When::AnyBitSet { arg, bits } => bits
-            .iter()
-            .map(|&bit| {
-                let c = SeccompCondition::new(
-                    arg,
-                    SeccompCmpArgLen::Qword,
-                    SeccompCmpOp::MaskedEq(bit),
-                    bit,
-                )
-                .map_err(bad)?;
-                SeccompRule::new(vec![c]).map_err(bad)
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        // One rule per value, OR-ed: "arg == v1 || arg == v2 ...".
-        When::OneOf { arg, values } => values
-            .iter()
-            .map(|&v| {
-                let c = SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
-                    .map_err(bad)?;
-                SeccompRule::new(vec![c]).map_err(bad)
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        // Conditions of one rule are AND-ed: "arg != v1 && arg != v2 ...".
-        When::NotOneOf { arg, values } => {
-            let conds = values
-                .iter()
-                .map(|&v| {
-                    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v)
-                        .map_err(bad)
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Some(vec![SeccompRule::new(conds).map_err(bad)?]))
-        }
-    }
-}
-
-/// Refuse every syscall made through the x32 ABI.
-///
-/// x32 syscalls carry AUDIT_ARCH_X86_64 (so they pass seccompiler's
-/// architecture check) but have bit 30 (__X32_SYSCALL_BIT) set in the
-/// number. The allow list already answers them with ENOSYS (no such
-/// number is on it), but the deny programs would not match them, so this
-/// guard keeps the refusal explicit and independent of the allow list.
-/// This kernel has CONFIG_X86_X32_ABI off, but the filter must not depend
-/// on that. Hand-written because seccompiler cannot express a range of
-/// numbers.
-fn x32_guard() -> BpfProgram {
-    use seccompiler::sock_filter;
-    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    // struct seccomp_data { int nr; __u32 arch; ... }: nr at 0, arch at 4.
-    let stmt = |code: u16, k: u32| sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    };
-    let jump = |code: u16, k: u32, jt: u8, jf: u8| sock_filter { code, jt, jf, k };
-    let ld_abs = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-    let jeq = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-    let jge = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
-    let ret = (libc::BPF_RET | libc::BPF_K) as u16;
-    vec![
-        stmt(ld_abs, 4),                    // A = arch
-        jump(jeq, AUDIT_ARCH_X86_64, 1, 0), // not x86_64: seccompiler's filter decides
-        stmt(ret, libc::SECCOMP_RET_ALLOW),
-        stmt(ld_abs, 0),                  // A = nr
-        jump(jge, X32_SYSCALL_BIT, 0, 1), // nr >= 0x40000000: x32
-        stmt(ret, libc::SECCOMP_RET_ERRNO | ENOSYS as u32),
-        stmt(ret, libc::SECCOMP_RET_ALLOW),
-    ]
 }
 
 impl CompiledPolicy {
-    /// Number of BPF programs (for tests and reports).
-    pub fn programs(&self) -> usize {
-        self.programs.len()
+    /// Number of BPF instructions (for tests and reports).
+    pub fn instructions(&self) -> usize {
+        self.program.len()
     }
 
-    /// Install every program on the calling thread.
+    /// The program itself (for the equivalence tests and reports).
+    pub fn program(&self) -> &[libc::sock_filter] {
+        &self.program
+    }
+
+    /// Install the program on the calling thread.
     ///
     /// Needs `PR_SET_NO_NEW_PRIVS` already set (or CAP_SYS_ADMIN), see
-    /// `seccomp(2)`. Does not allocate and makes only `seccomp(2)` calls, so
-    /// it is async-signal-safe and may run between `fork` and `execve`.
-    /// Filters are inherited across `fork`/`clone` and kept across `execve`.
+    /// `seccomp(2)`. Does not allocate and makes only the one `seccomp(2)`
+    /// call, so it is async-signal-safe and may run between `fork` and
+    /// `execve`. Filters are inherited across `fork`/`clone` and kept
+    /// across `execve`.
     pub fn install(&self) -> Result<(), InstallError> {
-        for (index, (what, prog)) in self.programs.iter().enumerate() {
-            let len = u16::try_from(prog.len()).map_err(|_| InstallError::TooLong {
-                index,
-                len: prog.len(),
-            })?;
-            let fprog = libc::sock_fprog {
-                len,
-                filter: prog.as_ptr() as *mut libc::sock_filter,
-            };
-            // SAFETY: `fprog` points at `prog`, which outlives the call; the
-            // kernel copies the program (copy_from_user) and keeps no
-            // pointer into our memory. seccompiler's sock_filter has the
-            // same layout as the kernel's (both repr(C) {u16,u8,u8,u32}).
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_seccomp,
-                    libc::SECCOMP_SET_MODE_FILTER,
-                    0 as libc::c_ulong,
-                    &fprog as *const libc::sock_fprog,
-                )
-            };
-            if rc != 0 {
-                return Err(InstallError::Install {
-                    index,
-                    what,
-                    source: io::Error::last_os_error(),
-                });
-            }
+        let fprog = libc::sock_fprog {
+            // `compile` refuses programs over 4096 instructions.
+            len: self.program.len() as u16,
+            filter: self.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: `fprog` points at `self.program`, which outlives the
+        // call; the kernel copies the program (copy_from_user) and keeps
+        // no pointer into our memory.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0 as libc::c_ulong,
+                &fprog as *const libc::sock_fprog,
+            )
+        };
+        if rc != 0 {
+            return Err(InstallError::Install {
+                source: io::Error::last_os_error(),
+            });
         }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Calls the filter must never let through, whatever the tables say:
-    /// each is either absent from [`ALLOW`] (ENOSYS) or refused
-    /// unconditionally by [`POLICY`].
-    const FORBIDDEN: &[&str] = &[
-        "pidfd_getfd",
-        "process_madvise",
-        "name_to_handle_at",
-        "open_by_handle_at",
-        "kcmp",
-        "modify_ldt",
-        "uselib",
-        "move_pages",
-        "migrate_pages",
-        "mount",
-        "umount2",
-        "pivot_root",
-        "chroot",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
-        "move_mount",
-        "open_tree",
-        "mount_setattr",
-        "setns",
-        "bpf",
-        "perf_event_open",
-        "keyctl",
-        "add_key",
-        "request_key",
-        "ptrace",
-        "process_vm_readv",
-        "process_vm_writev",
-        "kexec_load",
-        "kexec_file_load",
-        "init_module",
-        "finit_module",
-        "delete_module",
-        "userfaultfd",
-        "reboot",
-        "swapon",
-        "swapoff",
-        "acct",
-        "quotactl",
-        "quotactl_fd",
-        "syslog",
-        "iopl",
-        "ioperm",
-        "clone3",
-        "io_uring_setup",
-        "io_uring_enter",
-        "io_uring_register",
-        "settimeofday",
-        "clock_settime",
-        "sethostname",
-    ];
-
-    #[test]
-    fn policy_compiles_and_every_line_has_a_reason() {
-        let compiled = Policy::default().compile().expect("compile");
-        // allow list + EPERM + ENOSYS + x32 guard
-        assert_eq!(compiled.programs(), 4);
-        for rule in POLICY {
-            assert!(!rule.why.is_empty(), "{} has no reason", rule.name);
-            assert!(rule.errno == EPERM || rule.errno == ENOSYS, "{}", rule.name);
-        }
-        for a in ALLOW {
-            assert!(!a.why.is_empty(), "{} has no reason", a.name);
-        }
-        // The kernel refuses a program longer than BPF_MAXINSNS (4096) with
-        // EINVAL at install time: a growing allow list must fail here first.
-        for (what, prog) in &compiled.programs {
-            eprintln!("{what}: {} BPF instructions", prog.len());
-            assert!(prog.len() <= 4096, "{what}: {} instructions", prog.len());
-        }
-    }
-
-    #[test]
-    fn each_syscall_appears_once_per_table() {
-        let mut seen = std::collections::BTreeSet::new();
-        for rule in POLICY {
-            assert!(seen.insert(rule.nr), "{} listed twice in POLICY", rule.name);
-        }
-        let mut seen = std::collections::BTreeSet::new();
-        for a in ALLOW {
-            assert!(seen.insert(a.nr), "{} listed twice in ALLOW", a.name);
-            let names = ALLOW.iter().filter(|b| b.name == a.name).count();
-            assert_eq!(names, 1, "{} named twice in ALLOW", a.name);
-        }
-    }
-
-    /// An unconditional refusal is not also on the allow list (it would
-    /// read as allowed), and an argument check applies to an allowed call
-    /// (otherwise the check is dead: the call is refused whatever it says).
-    #[test]
-    fn denies_and_argument_checks_agree_with_the_allow_list() {
-        let allowed = |nr| ALLOW.iter().any(|a| a.nr == nr);
-        for rule in POLICY {
-            match rule.when {
-                When::Always => assert!(
-                    !allowed(rule.nr),
-                    "{} is refused by POLICY and listed in ALLOW",
-                    rule.name
-                ),
-                _ => assert!(
-                    allowed(rule.nr),
-                    "{} has an argument check but is not in ALLOW",
-                    rule.name
-                ),
-            }
-        }
-    }
-
-    #[test]
-    fn every_forbidden_call_is_refused() {
-        for name in FORBIDDEN {
-            assert!(
-                !ALLOW.iter().any(|a| a.name == *name),
-                "{name} must not be on the allow list"
-            );
-            if let Some(rule) = POLICY.iter().find(|r| r.name == *name) {
-                assert_eq!(rule.when, When::Always, "{name} is refused only sometimes");
-            }
-        }
-    }
-
-    /// The names in the tables are the names of the numbers beside them
-    /// (a copy-paste slip would allow one call under another's name):
-    /// every line reads `allow("x", SYS_x, ...)` or `deny("x", libc::SYS_x, ...)`.
-    #[test]
-    fn names_match_numbers() {
-        let lines = include_str!("seccomp/allow.rs")
-            .lines()
-            .chain(include_str!("seccomp.rs").lines())
-            .map(str::trim_start)
-            .filter(|l| {
-                ["allow(\"", "deny(\"", "deny_when(\""]
-                    .iter()
-                    .any(|p| l.starts_with(p))
-            });
-        let mut n = 0;
-        for line in lines {
-            let name = line.split('"').nth(1).unwrap();
-            assert!(
-                line.contains(&format!(" SYS_{name},")) || line.contains(&format!("::SYS_{name},")),
-                "the line for {name} does not use SYS_{name}: {line}"
-            );
-            n += 1;
-        }
-        assert_eq!(n, ALLOW.len() + POLICY.len());
-    }
-}
+mod equivalence;
+#[cfg(test)]
+mod tests;
