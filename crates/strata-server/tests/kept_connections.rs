@@ -63,9 +63,14 @@ impl Served {
             .expect("the server stops");
     }
 
-    /// As a killed server: every task and socket dropped at once.
+    /// As a killed server: every task dropped, its sockets closed without
+    /// a graceful HTTP shutdown, and all of that done before this returns,
+    /// as a killed process's sockets are closed by the time it is gone.
+    /// (A server that dies just as a request goes out is the race no
+    /// client can settle: a POST then fails rather than risk running
+    /// twice; pool.rs.)
     fn kill(self) {
-        self.rt.shutdown_background();
+        self.rt.shutdown_timeout(Duration::from_secs(10));
     }
 }
 
