@@ -56,6 +56,7 @@ fn call(r: &mut BufReader<UnixStream>, req: &[u8]) -> anyhow::Result<(u16, Vec<u
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let mut rows = branch_list(ctx)?;
+    rows.extend(crate::server_conn::rows(ctx)?);
     if [
         "exec through the server",
         "32 MiB read through the relay",
