@@ -13,6 +13,7 @@ mod report;
 mod rootless;
 mod sandbox;
 mod server;
+mod server_conn;
 mod server_load;
 mod store;
 

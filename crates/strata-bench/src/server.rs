@@ -8,7 +8,8 @@
 //! The relay (needs root, like the sandbox group): one Sandbox created
 //! through the server, its Workspace mounted through the relay; exec of
 //! `true` through the server (create, then the NDJSON output to the exit
-//! line; a connection per request, as the SDK's client makes) vs the
+//! line; a connection per request, as the SDK's client made before it
+//! kept its connections, so this row still includes the connect) vs the
 //! in-process SDK on the same Sandbox, medians of 200 (50 with --quick);
 //! and reading a 32 MiB file of the Workspace through the relay (`cat` in
 //! the Sandbox, its output relayed as the daemon's frames) vs the SDK's
@@ -55,6 +56,7 @@ fn call(r: &mut BufReader<UnixStream>, req: &[u8]) -> anyhow::Result<(u16, Vec<u
 
 pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
     let mut rows = branch_list(ctx)?;
+    rows.extend(crate::server_conn::rows(ctx)?);
     if [
         "exec through the server",
         "32 MiB read through the relay",

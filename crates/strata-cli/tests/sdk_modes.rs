@@ -167,6 +167,17 @@ fn the_flow_in_both_modes() {
         let first = c.head("p/main").await.unwrap();
         let at = c.fork("p/main", "p/agent").await.unwrap();
         assert_eq!(at, first);
+        // Forking from what is not there is NotFound either way, from a
+        // branch name that reads as hex too; from a commit id it works.
+        for missing in ["p/nope", "p/deadbeef00"] {
+            let e = c.fork(missing, "p/x").await.unwrap_err();
+            assert!(
+                matches!(e, Error::NotFound { .. }),
+                "fork from {missing}: {e:?}"
+            );
+        }
+        assert_eq!(c.fork(&first, "p/by-id").await.unwrap(), first);
+        assert!(c.head("p/x").await.is_err(), "no branch from a failed fork");
         let sb = c.create_sandbox(spec(&s, mode)).await.unwrap();
         assert!(sb.id().starts_with("sb-"));
         assert_eq!(sb.state().await, strata_sdk::SandboxState::Running);

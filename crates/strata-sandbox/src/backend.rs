@@ -404,6 +404,24 @@ pub trait Backend {
     /// B3: the daemon binary (0755) where the Sandbox can run it, and its
     /// private config (0600) from `daemon.config`.
     fn install_daemon(&self, id: &SandboxId, daemon: &DaemonInstall) -> Result<(), BackendError>;
+    /// B1–B3 as one step: [`Backend::create`], then
+    /// [`Backend::install_daemon`] with what `daemon` builds from the new
+    /// Sandbox's paths; on a failure of the install the Sandbox is
+    /// deleted. A backend may write its record once, already installed
+    /// (the native backend does: one fsync'ed record write fewer per
+    /// Sandbox), so the Sandbox is never seen [`State::Created`].
+    fn create_installed(
+        &self,
+        req: &CreateRequest,
+        daemon: &dyn Fn(&SandboxInfo) -> DaemonInstall,
+    ) -> Result<SandboxInfo, BackendError> {
+        let info = self.create(req)?;
+        if let Err(e) = self.install_daemon(&info.id, &daemon(&info)) {
+            let _ = self.delete(&info.id);
+            return Err(e);
+        }
+        Ok(info)
+    }
     /// B4+B5+B6: start the daemon under the Sandbox's init and wait, bounded,
     /// for its startup marker; on failure the error carries the log tail
     /// and nothing of the Sandbox keeps running (its record stays, Stopped).
@@ -432,7 +450,7 @@ pub trait Backend {
     fn delete(&self, id: &SandboxId) -> Result<(), BackendError>;
 }
 
-/// create + install_daemon + start; `daemon` builds the daemon's install
+/// create_installed + start; `daemon` builds the daemon's install
 /// from the new Sandbox's paths. On any failure after create, the Sandbox
 /// is stopped and deleted and the error (with the log tail) returned.
 pub fn launch(
@@ -441,10 +459,8 @@ pub fn launch(
     daemon: &dyn Fn(&SandboxInfo) -> DaemonInstall,
     timeout: Duration,
 ) -> Result<(SandboxInfo, Started), BackendError> {
-    let info = backend.create(req)?;
-    let started = backend
-        .install_daemon(&info.id, &daemon(&info))
-        .and_then(|()| backend.start(&info.id, timeout));
+    let info = backend.create_installed(req, daemon)?;
+    let started = backend.start(&info.id, timeout);
     match started {
         Ok(s) => {
             let info = backend.open(&info.id)?;

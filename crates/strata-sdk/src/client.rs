@@ -5,11 +5,12 @@
 //! `/v1/sandboxes/{id}/X` with the same bodies (docs/server.md), reached
 //! with the server's URL and token ([`Remote`]). Workspaces and execs
 //! (workspace.rs, exec.rs) speak only this client, so they work the same
-//! either way. One connection per request (a Unix-socket connect plus
-//! handshake costs tens of microseconds), so a long output stream never
-//! blocks other calls.
+//! either way. A request goes on a connection an earlier one left open
+//! and ready (pool.rs), so a long output stream, whose connection is not
+//! ready until it ends, never blocks other calls.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -21,13 +22,19 @@ use serde::Serialize;
 use strata_daemon::api::{ErrorBody, ErrorCode};
 
 use crate::error::{Error, Result};
+use crate::pool::{Pool, SendError};
 use crate::remote::Remote;
 
 /// How requests reach the daemon.
 #[derive(Clone)]
 enum Via {
-    /// Its Unix socket, with its own token.
-    Socket { socket: PathBuf, token: String },
+    /// Its Unix socket, with its own token, and the connections kept
+    /// open to it (shared by the clones).
+    Socket {
+        socket: PathBuf,
+        token: String,
+        pool: Arc<Pool<Full<Bytes>>>,
+    },
     /// `strata serve`'s relay: `/v1/X` is sent as `{prefix}/X`.
     Server { remote: Remote, prefix: String },
 }
@@ -59,7 +66,11 @@ impl DaemonClient {
     /// `token` (64 hex digits).
     pub fn new(socket: PathBuf, token: String, label: String, log_file: Option<PathBuf>) -> Self {
         DaemonClient {
-            via: Via::Socket { socket, token },
+            via: Via::Socket {
+                socket,
+                token,
+                pool: Arc::new(Pool::new()),
+            },
             label,
             log_file,
         }
@@ -120,8 +131,12 @@ impl DaemonClient {
         content_type: &str,
         range: Option<&str>,
     ) -> Result<Response<Incoming>> {
-        let (socket, token) = match &self.via {
-            Via::Socket { socket, token } => (socket, token),
+        let (socket, token, pool) = match &self.via {
+            Via::Socket {
+                socket,
+                token,
+                pool,
+            } => (socket, token, pool),
             Via::Server { remote, prefix } => {
                 let rest = path.strip_prefix("/v1").unwrap_or(path);
                 let headers: Vec<(&str, &str)> = range.map(|r| ("range", r)).into_iter().collect();
@@ -136,40 +151,56 @@ impl DaemonClient {
                     .await;
             }
         };
-        let stream = tokio::net::UnixStream::connect(socket)
+        let request = |method: Method, body: Bytes| {
+            let mut req = Request::builder();
+            if let Some(r) = range {
+                req = req.header(hyper::header::RANGE, r);
+            }
+            req.method(method)
+                .uri(path)
+                .header(hyper::header::HOST, "strata-daemon")
+                .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
+                .header(hyper::header::CONTENT_TYPE, content_type)
+                .body(Full::new(body))
+                .map_err(|e| self.proto(format!("building the request: {e}")))
+        };
+        let open = || async {
+            let stream = tokio::net::UnixStream::connect(socket)
+                .await
+                .map_err(|e| {
+                    Error::backend(
+                        format!(
+                            "{}: cannot connect to the daemon socket {}: {e} (is the Sandbox running? reopen it with Sandbox::open to see its state)",
+                            self.label,
+                            socket.display()
+                        ),
+                        self.log_tail(20),
+                    )
+                })?;
+            let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| self.proto(format!("HTTP handshake: {e}")))?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            Ok::<_, Error>(sender)
+        };
+        let repeatable = method == Method::GET || method == Method::HEAD;
+        let sent = match pool
+            .send(request(method.clone(), body.clone())?, open)
             .await
-            .map_err(|e| {
-                Error::backend(
-                    format!(
-                        "{}: cannot connect to the daemon socket {}: {e} (is the Sandbox running? reopen it with Sandbox::open to see its state)",
-                        self.label,
-                        socket.display()
-                    ),
-                    self.log_tail(20),
-                )
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.proto(format!("HTTP handshake: {e}")))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut req = Request::builder();
-        if let Some(r) = range {
-            req = req.header(hyper::header::RANGE, r);
-        }
-        let req = req
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, "strata-daemon")
-            .header(hyper::header::AUTHORIZATION, format!("Bearer {token}"))
-            .header(hyper::header::CONTENT_TYPE, content_type)
-            .body(Full::new(body))
-            .map_err(|e| self.proto(format!("building the request: {e}")))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| self.proto(format!("{path}: {e}")))?;
+        {
+            // A GET or HEAD that lost a kept connection (the daemon closed
+            // it as the request went out): once more on a new one.
+            Err(SendError::Http { reused: true, .. }) if repeatable => {
+                pool.send_fresh(request(method, body)?, open).await
+            }
+            other => other,
+        };
+        let resp = sent.map_err(|e| match e {
+            SendError::Open(e) => e,
+            SendError::Http { error, .. } => self.proto(format!("{path}: {error}")),
+        })?;
         if resp.status() == StatusCode::UNAUTHORIZED {
             return Err(Error::Unauthorized {
                 what: format!("the daemon of {} refused our token (401)", self.label),

@@ -314,7 +314,21 @@ impl Client {
                 .await
             }
             Inner::Remote(r) => {
-                let at = self.resolve(from).await?;
+                // A branch of the same project goes as its name: the server
+                // resolves it where it creates the branch, one request
+                // instead of two (and no window between the two). Not a
+                // name the server could also read as a commit id, which it
+                // would try when no such branch exists; anything else is
+                // resolved here first.
+                let same_project_branch = BranchRef::parse(from).ok().filter(|f| {
+                    let hex = (8..=64).contains(&f.branch.len())
+                        && f.branch.bytes().all(|c| c.is_ascii_hexdigit());
+                    f.project == b.project && !hex
+                });
+                let at = match same_project_branch {
+                    Some(f) => f.branch,
+                    None => self.resolve(from).await?,
+                };
                 let body = wire::CreateBranch {
                     name: b.branch.clone(),
                     from: at,

@@ -60,6 +60,7 @@ mod error;
 pub mod exec;
 pub mod host;
 pub mod microvm;
+pub mod pool;
 pub mod probe;
 mod records;
 pub mod remote;

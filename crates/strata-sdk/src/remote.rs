@@ -1,8 +1,12 @@
 //! The wire to one `strata serve` (docs/server.md): HTTP/1.1 over its Unix
 //! socket (`unix:///path/serve.sock`), loopback TCP (`http://127.0.0.1:P`)
 //! or TLS (`https://host:P`), every request with the server's bearer
-//! token. One connection per request, as the daemon client does, so a long
-//! output stream never blocks another call.
+//! token. A request goes on a connection an earlier one left open and
+//! ready (pool.rs: a connection still streaming a body is never used for
+//! another call, so a long output stream never blocks one; a request is
+//! sent twice only when it surely was not sent the first time, or is a
+//! GET or HEAD), else on a new one: over TLS that saves a full handshake
+//! per call.
 //!
 //! TLS: with a pinned SHA-256 fingerprint (what `strata serve` prints for
 //! the certificate it generates), the one certificate whose DER hashes to
@@ -27,6 +31,7 @@ use strata_api::{ErrorBody, ErrorCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::error::{Error, Result};
+use crate::pool::{Pool, SendError};
 
 /// Where the server listens.
 #[derive(Clone)]
@@ -41,12 +46,14 @@ enum Target {
 }
 
 /// A connection to one `strata serve`: its URL, token and, for TLS, the
-/// certificate check. Cheap to clone.
+/// certificate check, and the connections kept open to it (shared by the
+/// clones). Cheap to clone.
 #[derive(Clone)]
 pub struct Remote {
     url: Arc<str>,
     token: Arc<str>,
     target: Target,
+    pool: Arc<Pool<Full<Bytes>>>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -210,6 +217,7 @@ impl Remote {
             url: url.into(),
             token: token.into(),
             target,
+            pool: Arc::new(Pool::new()),
         })
     }
 
@@ -255,23 +263,27 @@ impl Remote {
         }
     }
 
-    /// Send one request to `path` (e.g. `/v1/projects`); returns the raw
-    /// response (status unchecked, but 401 is [`Error::Unauthorized`]).
-    pub async fn send(
+    /// A new connection: connect (and TLS), the HTTP/1 handshake, its
+    /// task spawned on this runtime.
+    async fn open(&self) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+        let io = self.connect().await?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| self.unreachable(format!("HTTP handshake: {e}")))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    fn request(
         &self,
         method: Method,
         path: &str,
         body: Bytes,
         content_type: &str,
         headers: &[(&str, &str)],
-    ) -> Result<Response<Incoming>> {
-        let io = self.connect().await?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
-            .await
-            .map_err(|e| self.unreachable(format!("HTTP handshake: {e}")))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+    ) -> Result<Request<Full<Bytes>>> {
         let mut req = Request::builder()
             .method(method)
             .uri(path)
@@ -284,16 +296,40 @@ impl Remote {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req.body(Full::new(body)).map_err(|e| {
+        req.body(Full::new(body)).map_err(|e| {
             Error::invalid(
                 format!("request {path}: {e}"),
                 "names must be valid in a URL",
             )
+        })
+    }
+
+    /// Send one request to `path` (e.g. `/v1/projects`); returns the raw
+    /// response (status unchecked, but 401 is [`Error::Unauthorized`]).
+    /// On a kept connection when one is ready (pool.rs).
+    pub async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Bytes,
+        content_type: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Response<Incoming>> {
+        let repeatable = method == Method::GET || method == Method::HEAD;
+        let req = self.request(method.clone(), path, body.clone(), content_type, headers)?;
+        let sent = match self.pool.send(req, || self.open()).await {
+            // A GET or HEAD that lost a kept connection (the server closed
+            // it as the request went out): once more on a new one.
+            Err(SendError::Http { reused: true, .. }) if repeatable => {
+                let req = self.request(method, path, body, content_type, headers)?;
+                self.pool.send_fresh(req, || self.open()).await
+            }
+            other => other,
+        };
+        let resp = sent.map_err(|e| match e {
+            SendError::Open(e) => e,
+            SendError::Http { error, .. } => self.unreachable(format!("{path}: {error}")),
         })?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| self.unreachable(format!("{path}: {e}")))?;
         if resp.status() == StatusCode::UNAUTHORIZED {
             return Err(Error::Unauthorized {
                 what: format!("strata serve at {} refused the token (401)", self.url),

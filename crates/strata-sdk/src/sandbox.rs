@@ -640,40 +640,44 @@ fn create_native(spec: SandboxSpec) -> Result<Sandbox> {
             readonly: true,
         };
     }
-    let info = backend.get().create(&req).map_err(backend_error)?;
-    let id = info.id.clone();
-    let d = &info.daemon;
-    let mut cfg = strata_daemon::DaemonConfig::new(
-        d.socket.clone(),
-        d.token_file.clone(),
-        d.log_file.clone(),
-        d.store.clone(),
-        d.scratch_dir.clone(),
-    );
-    cfg.helper_exe = Some(d.exe.clone());
-    cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
-    // The scratch directory is this Sandbox's alone: a restarted daemon
-    // mounts its Workspaces again (Sandbox::restart).
-    cfg.recover_workspaces = true;
-    // The daemon starts with a cleared environment: the creator's choice
-    // (the spec, else its STRATA_FUSE_TRANSPORT) travels in the config.
-    cfg.fuse_transport = Some(
-        spec.fuse_transport
-            .unwrap_or_else(strata_workspace::Transport::from_env),
-    );
-    let install = DaemonInstall {
-        args: vec![
-            strata_daemon::DAEMON_ARG.into(),
-            "--config".into(),
-            d.config.display().to_string(),
-        ],
-        env: Vec::new(),
-        config: serde_json::to_vec_pretty(&cfg).expect("config serializes"),
+    // The backend's record is written once, already installed
+    // (`Backend::create_installed`).
+    let fuse_transport = spec
+        .fuse_transport
+        .unwrap_or_else(strata_workspace::Transport::from_env);
+    let make_install = |info: &strata_sandbox::backend::SandboxInfo| {
+        let d = &info.daemon;
+        let mut cfg = strata_daemon::DaemonConfig::new(
+            d.socket.clone(),
+            d.token_file.clone(),
+            d.log_file.clone(),
+            d.store.clone(),
+            d.scratch_dir.clone(),
+        );
+        cfg.helper_exe = Some(d.exe.clone());
+        cfg.default_mount = Some(PathBuf::from(DEFAULT_MOUNT));
+        // The scratch directory is this Sandbox's alone: a restarted daemon
+        // mounts its Workspaces again (Sandbox::restart).
+        cfg.recover_workspaces = true;
+        // The daemon starts with a cleared environment: the creator's choice
+        // (the spec, else its STRATA_FUSE_TRANSPORT) travels in the config.
+        cfg.fuse_transport = Some(fuse_transport);
+        DaemonInstall {
+            args: vec![
+                strata_daemon::DAEMON_ARG.into(),
+                "--config".into(),
+                d.config.display().to_string(),
+            ],
+            env: Vec::new(),
+            config: serde_json::to_vec_pretty(&cfg).expect("config serializes"),
+        }
     };
-    let started = backend
+    let info = backend
         .get()
-        .install_daemon(&id, &install)
-        .and_then(|_| backend.get().start(&id, spec.startup_timeout));
+        .create_installed(&req, &make_install)
+        .map_err(backend_error)?;
+    let id = info.id.clone();
+    let started = backend.get().start(&id, spec.startup_timeout);
     if let Err(e) = started {
         // Nothing of it keeps running; drop the record too.
         let _ = backend.get().stop(&id, Duration::ZERO);

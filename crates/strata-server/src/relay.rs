@@ -25,6 +25,7 @@ use futures_util::{SinkExt, Stream, StreamExt};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use strata_sdk::pool::SendError;
 
 use crate::api::*;
 use crate::error::ApiError;
@@ -61,9 +62,11 @@ fn stopped(d: &Daemon, e: impl std::fmt::Display) -> ApiError {
     )
 }
 
-/// One request to the daemon over its Unix socket, with its token. One
-/// connection per request, as the SDK's client does (a connect costs tens
-/// of microseconds), so a long stream never holds up other calls.
+/// One request to the daemon over its Unix socket, with its token, on a
+/// connection an earlier request left open and ready, else a new one
+/// (strata-sdk's pool.rs: a connection still streaming, an exec's output,
+/// is never used for another request, so a long stream never holds up
+/// other calls; a request is sent again only when it surely was not sent).
 pub(crate) async fn send(
     st: &ServerState,
     d: &Daemon,
@@ -72,21 +75,6 @@ pub(crate) async fn send(
     headers: &HeaderMap,
     body: Body,
 ) -> AppResult<hyper::Response<Incoming>> {
-    let stream = match tokio::net::UnixStream::connect(&d.socket).await {
-        Ok(s) => s,
-        Err(e) => {
-            // Perhaps restarted under another socket: look it up again
-            // next time.
-            forget(st, &d.id);
-            return Err(stopped(d, e));
-        }
-    };
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| stopped(d, e))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
     let mut req = hyper::Request::builder()
         .method(method)
         .uri(path_and_query)
@@ -105,7 +93,28 @@ pub(crate) async fn send(
             .parse()
             .map_err(|_| ApiError::internal("the daemon token is not a valid header"))?,
     );
-    let resp = sender.send_request(req).await.map_err(|e| stopped(d, e))?;
+    let open = || async {
+        let stream = match tokio::net::UnixStream::connect(&d.socket).await {
+            Ok(s) => s,
+            Err(e) => {
+                // Perhaps restarted under another socket: look it up again
+                // next time.
+                forget(st, &d.id);
+                return Err(stopped(d, e));
+            }
+        };
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| stopped(d, e))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(sender)
+    };
+    let resp = d.pool.send(req, open).await.map_err(|e| match e {
+        SendError::Open(e) => e,
+        SendError::Http { error, .. } => stopped(d, error),
+    })?;
     if resp.status() == StatusCode::UNAUTHORIZED {
         // The daemon refused the server's own token: not the client's
         // doing, and its 401 must not read as the client's token refused.

@@ -40,6 +40,9 @@ pub(crate) struct Daemon {
     pub token: String,
     /// The `strata.project` label.
     pub project: Option<String>,
+    /// Connections to the daemon kept open for the next relayed request
+    /// (strata-sdk's pool.rs).
+    pub pool: strata_sdk::pool::Pool<axum::body::Body>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -155,6 +158,7 @@ fn endpoint(sb: &Sandbox) -> AppResult<Daemon> {
         socket,
         token,
         project: info.labels.get(PROJECT_LABEL).cloned(),
+        pool: strata_sdk::pool::Pool::new(),
     })
 }
 

@@ -583,6 +583,25 @@ pub fn token_never_in_argv_or_env(h: &dyn Harness) {
     bad.args.push(format!("--token={}", token.trim()));
     assert!(b.install_daemon(&info.id, &bad).is_err());
     b.delete(&info.id).unwrap();
+    // create_installed refuses it too, and leaves no Sandbox behind.
+    let name = format!("cinst-{}", std::process::id());
+    let e = b
+        .create_installed(&h.request(Some(&name)), &|i| {
+            let mut bad = install(h, i, "ok");
+            let t = std::fs::read_to_string(&i.token_file).unwrap();
+            bad.env.push(("STRATA_TOKEN".into(), t.trim().into()));
+            bad
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("bearer token"), "{e}");
+    let f = Filter {
+        name_prefix: Some(name),
+        ..Default::default()
+    };
+    assert!(
+        b.list(&f).unwrap().is_empty(),
+        "a refused create_installed left a Sandbox"
+    );
 }
 
 /// Bad requests are refused before anything is created.
