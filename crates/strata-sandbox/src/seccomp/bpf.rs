@@ -58,7 +58,6 @@ enum Answer {
     Check {
         when: When,
         errno: i32,
-        name: &'static str,
     },
 }
 
@@ -109,7 +108,7 @@ pub(super) fn program(policy: &Policy) -> Result<Vec<sock_filter>, CompileError>
         jump(JGE, X32_SYSCALL_BIT, 0, 1),
         ret_errno(libc::ENOSYS),
     ];
-    prog.extend(search(&intervals)?);
+    prog.extend(search(&intervals));
     // The kernel refuses a program longer than BPF_MAXINSNS (4096) with
     // EINVAL at attach time; say so here, where the tables are known.
     if prog.len() > 4096 {
@@ -144,7 +143,6 @@ fn intervals(policy: &Policy) -> Result<Vec<Interval>, CompileError> {
                 Answer::Check {
                     when,
                     errno: r.errno,
-                    name: r.name,
                 }
             }
         };
@@ -192,6 +190,10 @@ fn check_fits(name: &'static str, when: When) -> Result<(), CompileError> {
             if values.is_empty() || values.iter().any(|&v| v > u64::from(u32::MAX)) {
                 return Err(bad("values are compared as 32 bits and must fit in them"));
             }
+            // Each `jeq` reaches the match `ret` with an 8-bit offset.
+            if values.len() > 200 {
+                return Err(bad("more than 200 values in one check"));
+            }
             Ok(())
         }
     }
@@ -200,14 +202,14 @@ fn check_fits(name: &'static str, when: When) -> Result<(), CompileError> {
 /// The binary search over `intervals` as a self-contained block: every
 /// jump lands inside it and every path ends in a `ret`, so blocks can be
 /// laid side by side.
-fn search(intervals: &[Interval]) -> Result<Vec<sock_filter>, CompileError> {
+fn search(intervals: &[Interval]) -> Vec<sock_filter> {
     match intervals {
         [] => unreachable!("the number line is never empty"),
         [one] => leaf(one.answer),
         _ => {
             let mid = intervals.len() / 2;
-            let left = search(&intervals[..mid])?;
-            let right = search(&intervals[mid..])?;
+            let left = search(&intervals[..mid]);
+            let right = search(&intervals[mid..]);
             let boundary = intervals[mid].start;
             let mut block = Vec::with_capacity(left.len() + right.len() + 2);
             match u8::try_from(left.len()) {
@@ -223,18 +225,18 @@ fn search(intervals: &[Interval]) -> Result<Vec<sock_filter>, CompileError> {
             }
             block.extend(left);
             block.extend(right);
-            Ok(block)
+            block
         }
     }
 }
 
 /// The code for one interval's answer (the accumulator holds `nr`).
-fn leaf(answer: Answer) -> Result<Vec<sock_filter>, CompileError> {
+fn leaf(answer: Answer) -> Vec<sock_filter> {
     let arg_lo = |arg: u8| ARGS + 8 * u32::from(arg);
-    Ok(match answer {
+    match answer {
         Answer::Allow => vec![ret_allow()],
         Answer::Errno(e) => vec![ret_errno(e)],
-        Answer::Check { when, errno, name } => match when {
+        Answer::Check { when, errno } => match when {
             When::Always => vec![ret_errno(errno)],
             // Any listed bit set, in either 32-bit half: refused.
             When::AnyBitSet { arg, bits } => {
@@ -259,28 +261,16 @@ fn leaf(answer: Answer) -> Result<Vec<sock_filter>, CompileError> {
             // The low 32 bits equal one of the values: refused (the
             // kernel's ioctl takes `unsigned int cmd`, so the high half
             // must not matter; see `TERMINAL_INJECTION_IOCTLS`).
-            When::OneOf { arg, values } => compare_low(arg_lo(arg), values, errno, true, name)?,
+            When::OneOf { arg, values } => compare_low(arg_lo(arg), values, errno, true),
             // The low 32 bits equal none of the values: refused.
-            When::NotOneOf { arg, values } => compare_low(arg_lo(arg), values, errno, false, name)?,
+            When::NotOneOf { arg, values } => compare_low(arg_lo(arg), values, errno, false),
         },
-    })
+    }
 }
 
 /// `ld args[i] low; jeq v1; jeq v2; ...` then two `ret`s: a match goes to
 /// the second (`refuse_on_match`: the refusal) or the first otherwise.
-fn compare_low(
-    offset: u32,
-    values: &[u64],
-    errno: i32,
-    refuse_on_match: bool,
-    name: &'static str,
-) -> Result<Vec<sock_filter>, CompileError> {
-    if values.len() > 200 {
-        return Err(CompileError::Condition {
-            syscall: name,
-            why: "more than 200 values in one check",
-        });
-    }
+fn compare_low(offset: u32, values: &[u64], errno: i32, refuse_on_match: bool) -> Vec<sock_filter> {
     let (on_no_match, on_match) = if refuse_on_match {
         (ret_allow(), ret_errno(errno))
     } else {
@@ -295,5 +285,5 @@ fn compare_low(
     }
     code.push(on_no_match);
     code.push(on_match);
-    Ok(code)
+    code
 }
