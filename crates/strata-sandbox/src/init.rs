@@ -179,16 +179,17 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
         }
     }
 
-    // 1. cgroup first, joined by the monitor itself, so PID 1 and
-    //    everything below it are born inside (no window outside limits).
-    //    Layout: the Sandbox's cgroup holds the limits; its child `init`
-    //    holds the monitor, PID 1 and the daemon; its child `commands`
+    // 1. cgroups first, made (not joined) by the monitor. Layout: the
+    //    Sandbox's cgroup holds the limits; its child `init` holds PID 1
+    //    and the daemon (PID 1 is moved in right after its fork, step 6b);
+    //    its child `commands`
     //    holds what the daemon's exec helpers start, with a pids limit
     //    below the Sandbox's (cgroup::commands_pids), so a fork bomb there
     //    leaves the daemon room to answer. The daemon gets that cgroup as
     //    open `cgroup.procs` descriptors (it has no cgroup filesystem).
     let mut prepared = prepared.clone();
     let mut keep: Vec<OwnedFd> = Vec::new();
+    let mut init_cgroup: Option<Cgroup> = None;
     let cgroup = if wire.config.limits.is_empty() {
         None
     } else {
@@ -197,7 +198,7 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
             .cgroup_name
             .clone()
             .unwrap_or_else(|| format!("strata-{}", std::process::id()));
-        let setup = |cg: &Cgroup| -> Result<Vec<OwnedFd>, crate::cgroup::CgroupError> {
+        let setup = |cg: &Cgroup| -> Result<(Cgroup, Vec<OwnedFd>), crate::cgroup::CgroupError> {
             let init = cg.child(
                 crate::cgroup::INIT_CGROUP,
                 &crate::cgroup::Limits::default(),
@@ -209,17 +210,16 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
                     ..Default::default()
                 },
             )?;
-            init.add_process(std::process::id())?;
-            commands.open_procs()
+            Ok((init, commands.open_procs()?))
         };
         match Cgroup::create(&name, &wire.config.limits) {
             Ok(cg) => match setup(&cg) {
-                Ok(fds) => {
+                Ok((init, fds)) => {
                     keep = fds;
+                    init_cgroup = Some(init);
                     Some(cg)
                 }
                 Err(e) => {
-                    let _ = cg.move_to_parent(std::process::id());
                     let _ = cg.destroy(std::time::Duration::ZERO);
                     return finish(Report::Failed(Failure {
                         stage: "cgroup".into(),
@@ -244,27 +244,19 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
     }
     let prepared = &prepared;
 
-    let (report, stop_requested) = monitor_inner(wire, prepared);
+    let (report, stop_requested) = monitor_inner(wire, prepared, init_cgroup.as_ref());
     drop(keep);
 
     // Cleanup: PID 1 is gone and with it every process of the PID
     // namespace (the kernel kills them when the namespace's init exits and
-    // waits for them before PID 1 is reaped), so the cgroup can go. The
-    // monitor is still in it, though, and a cgroup v1 migration of itself
-    // out of it (one per hierarchy) takes `cgroup_threadgroup_rwsem` for
-    // writing and may wait for an RCU grace period: 0.4 ms each on a quiet
-    // host, tens of ms right after a namespace teardown under load
-    // (docs/benchmarks.md, "Where the flow's time goes"). So when the
-    // Sandbox was asked to stop (SIGTERM or SIGINT, forwarded below), the
-    // monitor leaves the cgroup by exiting, and whoever stops it removes
+    // waits for them before PID 1 is reaped), so the cgroup is empty (the
+    // monitor never joined it) and can go. When the Sandbox was asked to
+    // stop (SIGTERM or SIGINT, forwarded below), whoever stops it removes
     // the cgroup once the monitor is gone: the native backend's `stop`
-    // (then `delete`, `restart`) does, and no process is left in it to
-    // migrate. A Sandbox that ends by itself is cleaned up here, as before.
+    // (then `delete`, `restart`) does. A Sandbox that ends by itself is
+    // cleaned up here.
     if let Some(cg) = cgroup.filter(|_| !stop_requested) {
-        let cleaned = cg
-            .move_to_parent(std::process::id())
-            .and_then(|()| cg.clone().destroy(std::time::Duration::from_secs(2)));
-        if let Err(e) = cleaned {
+        if let Err(e) = cg.destroy(std::time::Duration::from_secs(2)) {
             eprintln!("strata sandbox: cgroup cleanup: {e}");
         }
     }
@@ -273,13 +265,22 @@ pub(crate) fn run_monitor(wire: &InitWire, prepared: &PreparedExec) -> i32 {
 
 /// The report, and whether a stop was requested (SIGTERM or SIGINT
 /// reached the monitor and was forwarded).
-fn monitor_inner(wire: &InitWire, prepared: &PreparedExec) -> (Report, bool) {
+fn monitor_inner(
+    wire: &InitWire,
+    prepared: &PreparedExec,
+    init_cgroup: Option<&Cgroup>,
+) -> (Report, bool) {
     let mut stop_requested = false;
-    let report = monitor_run(wire, prepared, &mut stop_requested);
+    let report = monitor_run(wire, prepared, init_cgroup, &mut stop_requested);
     (report, stop_requested)
 }
 
-fn monitor_run(wire: &InitWire, prepared: &PreparedExec, stop_requested: &mut bool) -> Report {
+fn monitor_run(
+    wire: &InitWire,
+    prepared: &PreparedExec,
+    init_cgroup: Option<&Cgroup>,
+    stop_requested: &mut bool,
+) -> Report {
     // 2. Compile the filter here, before any fork, so that a policy error
     //    is reported plainly.
     let filter = match wire.run_as {
@@ -298,6 +299,13 @@ fn monitor_run(wire: &InitWire, prepared: &PreparedExec, stop_requested: &mut bo
 
     // 4. Channel PID 1 -> monitor for PID 1's report.
     let (rd, wr) = match pipe() {
+        Ok(p) => p,
+        Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
+    };
+
+    // 4b. Channel monitor -> PID 1: one byte once PID 1 is in the
+    //     Sandbox's cgroup (step 6), EOF if it could not be moved.
+    let (placed_rd, placed_wr) = match pipe() {
         Ok(p) => p,
         Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
     };
@@ -322,17 +330,49 @@ fn monitor_run(wire: &InitWire, prepared: &PreparedExec, stop_requested: &mut bo
     }
     if pid1 == 0 {
         drop(rd);
-        let report = pid1_run(wire, prepared, filter.as_ref());
+        drop(placed_wr);
+        let report = pid1_run(wire, prepared, filter.as_ref(), placed_rd);
         let mut f = std::fs::File::from(wr);
         let _ = serde_json::to_writer(&mut f, &report);
         let _ = f.flush();
         std::process::exit(0);
     }
     drop(wr);
+    drop(placed_rd);
     let pid1 = match pid_of(pid1) {
         Ok(p) => p,
         Err(e) => return Report::Failed(os_failure("init", "fork of PID 1", &e)),
     };
+
+    // 6b. PID 1 into the Sandbox's cgroup, from here, while PID 1 builds
+    //    its namespaces and view. A move into a cgroup (a write to
+    //    `cgroup.procs`, cgroups(7)) takes the kernel's
+    //    `cgroup_threadgroup_rwsem` for writing, and the first such write
+    //    after a quiet spell waits for an RCU grace period: 13-23 ms on
+    //    this host, against 0.3 ms for one that follows another within
+    //    ~20 ms (docs/benchmarks.md, "The cgroup move"). Made by PID 1
+    //    itself before anything else (as it was), that wait was most of a
+    //    Sandbox's create; here it overlaps PID 1's setup. PID 1 forks
+    //    nothing (no daemon, no command) and unshares its cgroup namespace
+    //    only after the byte below, so nothing but its own setup code runs
+    //    outside the limits, and what it forks is born inside.
+    if let Some(cg) = init_cgroup {
+        if let Err(e) = cg.add_process(pid1.as_raw_nonzero().get() as u32) {
+            kill(pid1, libc::SIGKILL);
+            let _ = wait_for(Some(pid1), true);
+            return Report::Failed(Failure {
+                stage: "cgroup".into(),
+                message: format!("moving PID 1 into the Sandbox's cgroup: {e}"),
+                errno: None,
+            });
+        }
+    }
+    if let Err(e) = rustix::io::write(&placed_wr, b"1") {
+        kill(pid1, libc::SIGKILL);
+        let _ = wait_for(Some(pid1), true);
+        return Report::Failed(os_failure("init", "telling PID 1 it is placed", &e.into()));
+    }
+    drop(placed_wr);
 
     // 7. Forward signals to PID 1 until it exits.
     let status = loop {
@@ -396,15 +436,20 @@ fn die_of(sig: i32) -> i32 {
 }
 
 /// PID 1 of the Sandbox. Returns the report for the monitor.
-fn pid1_run(wire: &InitWire, prepared: &PreparedExec, filter: Option<&CompiledPolicy>) -> Report {
-    match pid1_setup(wire) {
+fn pid1_run(
+    wire: &InitWire,
+    prepared: &PreparedExec,
+    filter: Option<&CompiledPolicy>,
+    placed: OwnedFd,
+) -> Report {
+    match pid1_setup(wire, placed) {
         Ok(()) => {}
         Err(f) => return Report::Failed(f),
     }
     pid1_supervise(wire, prepared, filter)
 }
 
-fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
+fn pid1_setup(wire: &InitWire, placed: OwnedFd) -> Result<(), Failure> {
     // If the monitor dies (e.g. SIGKILL), take the Sandbox down with it
     // rather than leave an unsupervised namespace behind.
     // SAFETY: PR_SET_PDEATHSIG takes an integer argument only.
@@ -418,19 +463,17 @@ fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
         )
     };
 
-    // The remaining namespaces. Mount: private view; UTS: own hostname;
-    // IPC: own SysV/POSIX queues and shm; cgroup: /proc/self/cgroup is
-    // rooted at the Sandbox's cgroup (joined by the monitor already);
+    // The remaining namespaces but the cgroup one (below). Mount: private
+    // view; UTS: own hostname; IPC: own SysV/POSIX queues and shm;
     // network unless the host's is requested.
-    let mut flags =
-        UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC | UnshareFlags::NEWCGROUP;
+    let mut flags = UnshareFlags::NEWNS | UnshareFlags::NEWUTS | UnshareFlags::NEWIPC;
     if wire.config.network == crate::net::Network::None {
         flags |= UnshareFlags::NEWNET;
     }
     if let Err(e) = unshare(flags) {
         return Err(os_failure(
             "namespaces",
-            "unshare(NEWNS|NEWUTS|NEWIPC|NEWCGROUP|NEWNET)",
+            "unshare(NEWNS|NEWUTS|NEWIPC|NEWNET)",
             &e,
         ));
     }
@@ -451,6 +494,28 @@ fn pid1_setup(wire: &InitWire) -> Result<(), Failure> {
             message: e.to_string(),
             errno: None,
         })?;
+    }
+    // Wait until the monitor has moved this process into the Sandbox's
+    // cgroup (its step 6b, overlapping the setup above); EOF means it could
+    // not, and the monitor reports why. Only then the cgroup namespace,
+    // so that /proc/self/cgroup is rooted at the Sandbox's cgroup, and
+    // only then any fork.
+    let mut byte = [0u8; 1];
+    let mut placed = std::fs::File::from(placed);
+    match placed.read(&mut byte) {
+        Ok(1) => {}
+        Ok(_) => {
+            return Err(Failure {
+                stage: "cgroup".into(),
+                message: "the monitor did not move PID 1 into the Sandbox's cgroup".into(),
+                errno: None,
+            })
+        }
+        Err(e) => return Err(os_failure("cgroup", "waiting for the monitor", &e)),
+    }
+    drop(placed);
+    if let Err(e) = unshare(UnshareFlags::NEWCGROUP) {
+        return Err(os_failure("namespaces", "unshare(NEWCGROUP)", &e));
     }
     Ok(())
 }

@@ -93,6 +93,99 @@ fn cgroup_namespace_and_cleanup() {
     );
 }
 
+/// The monitor moves PID 1 into the Sandbox's `init` cgroup and stays
+/// out itself (crates/strata-sandbox/src/init.rs, step 6b): read from the
+/// host, `init/cgroup.procs` of every hierarchy holds PID 1 and the
+/// command PID 1 forked (born inside), never the monitor; the monitor's
+/// own /proc/PID/cgroup names no cgroup of the Sandbox. When the command
+/// ends, the monitor removes the cgroup (it has nothing to move out).
+#[test]
+fn pid1_is_moved_in_and_the_monitor_stays_out() {
+    require_root();
+    let cfg = with_limits(
+        "strata-test-place",
+        Limits {
+            pids: Some(50),
+            ..Limits::default()
+        },
+    );
+    let name = cfg.cgroup_name.clone().unwrap();
+    let child = strata_sandbox::SandboxCommand::new(with_probe(cfg), spec(&["sleep", "300"]))
+        .init_exe(PROBE)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sandbox");
+    let monitor = child.id();
+    // The monitor makes the cgroup after it starts: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let cg = loop {
+        match Cgroup::find(&name).expect("find") {
+            Some(cg) => break cg,
+            None if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            None => panic!("the Sandbox's cgroup {name} never appeared"),
+        }
+    };
+    let procs = |dir: &std::path::Path| -> Vec<u32> {
+        std::fs::read_to_string(dir.join("init/cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    // PID 1 and the command (sleep), in every hierarchy.
+    let mut members = Vec::new();
+    for dir in cg.paths() {
+        loop {
+            members = procs(&dir);
+            if members.len() >= 2 || std::time::Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(members.len(), 2, "{}: {members:?}", dir.display());
+        assert!(
+            !members.contains(&monitor),
+            "monitor {monitor} in {dir:?}: {members:?}"
+        );
+    }
+    let ppid = |pid: u32| -> u32 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let pid1 = *members
+        .iter()
+        .find(|&&p| ppid(p) == monitor)
+        .unwrap_or_else(|| panic!("no child of the monitor {monitor} among {members:?}"));
+    let command = *members.iter().find(|&&p| p != pid1).unwrap();
+    assert_eq!(ppid(command), pid1, "the command is PID 1's child");
+    let comm = std::fs::read_to_string(format!("/proc/{command}/comm")).unwrap();
+    assert_eq!(comm.trim(), "sleep");
+    let own = std::fs::read_to_string(format!("/proc/{monitor}/cgroup")).unwrap();
+    assert!(
+        !own.contains(&name),
+        "the monitor is in the Sandbox's cgroup: {own}"
+    );
+    // The command ends by itself (not a stop): the monitor cleans up.
+    // SAFETY: kill(2) of a process this test just found; no memory involved.
+    unsafe { libc::kill(command as i32, libc::SIGKILL) };
+    let (o, _, err) = child.wait_with_output().expect("sandbox run");
+    assert_eq!(
+        o,
+        Outcome::Signaled(libc::SIGKILL),
+        "stderr: {}",
+        String::from_utf8_lossy(&err)
+    );
+    assert!(walk_for(&name).is_empty(), "cgroup left behind");
+}
+
 fn walk_for(name: &str) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
