@@ -129,7 +129,17 @@ pub fn unreadable_under(dir: &Path) -> Vec<PathBuf> {
                 return masks;
             }
             let p = e.path();
-            let Ok(m) = fs::symlink_metadata(&p) else {
+            // Symlinks are skipped on the directory entry's own type (no
+            // stat: readdir's d_type, getdents64(2)), and the others are
+            // stat'ed relative to the open directory (std's
+            // `DirEntry::metadata` is a statx on the directory's
+            // descriptor, not following a symlink), not by a full path
+            // resolved from / again: this walk of ~1,250 entries is on
+            // every Sandbox's start (docs/benchmarks.md, "The cgroup move").
+            if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                continue;
+            }
+            let Ok(m) = e.metadata() else {
                 masks.push(p);
                 continue;
             };

@@ -53,6 +53,7 @@ compile_error!("strata-sandbox is Linux-only");
 
 pub mod backend;
 pub mod cgroup;
+mod cgroup_warm;
 mod commands_ns;
 pub mod confine;
 pub mod daemon_view;

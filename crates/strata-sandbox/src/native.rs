@@ -305,6 +305,12 @@ impl NativeBackend {
         install_with: Option<&dyn Fn(&SandboxInfo) -> DaemonInstall>,
     ) -> Result<SandboxInfo, BackendError> {
         let checked = check_request(&self.root, req)?;
+        // The start moves PID 1 into the Sandbox's cgroup a few ms from
+        // now; begin that move's RCU grace period here, beside the state
+        // files (crates/strata-sandbox/src/cgroup_warm.rs).
+        if req.effective_limits().is_ok_and(|l| !l.is_empty()) {
+            crate::cgroup_warm::warm_moves();
+        }
         let (store, exe, copy_exe) = (checked.store, checked.exe, checked.copy_exe);
         let lock = self.lock()?;
         if let Some(n) = &req.name {

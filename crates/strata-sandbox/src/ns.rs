@@ -7,10 +7,11 @@
 //! binary must call [`crate::maybe_run_internal`] first thing in `main`;
 //! it then runs single-threaded as:
 //!
-//! * the **monitor** (host namespaces): joins the Sandbox cgroup, creates
-//!   the PID namespace and forks PID 1, forwards signals to it, writes the
-//!   report, cleans the cgroup up and exits with the command's status (or
-//!   dies of the command's signal);
+//! * the **monitor** (host namespaces): makes the Sandbox's cgroups (and
+//!   stays out of them), creates the PID namespace, forks PID 1 and moves
+//!   it into the cgroup while PID 1 builds its view, forwards signals to
+//!   it, writes the report, cleans the cgroup up and exits with the
+//!   command's status (or dies of the command's signal);
 //! * **PID 1** (new PID, mount, network, IPC, UTS, cgroup namespaces):
 //!   builds the view ([`crate::mounts`]), brings `lo` up, forks the
 //!   command (which drops privileges, [`crate::exec`]), reaps every
