@@ -49,9 +49,11 @@ const ROOT_TMPFS_DATA: &str = "mode=0755,size=1m,nr_inodes=16384";
 
 /// Build the host view in `new_root` (an empty directory, before the
 /// read-only step): a tmpfs there, the system directories, the mount points
-/// of the fresh /tmp, /proc, /sys and /dev. Returns the paths under /etc to
-/// mask (as paths inside the view), for the masking step.
-pub(crate) fn stage(new_root: &Path) -> Result<Vec<PathBuf>, MountError> {
+/// of the fresh /tmp, /proc, /sys and /dev. The paths under /etc to mask
+/// come from [`unreadable_under`], walked by the caller of
+/// [`crate::mounts::build_view_with`] (the Sandbox's monitor walks it
+/// beside PID 1's setup).
+pub(crate) fn stage(new_root: &Path) -> Result<(), MountError> {
     mount(
         "tmpfs",
         new_root,
@@ -89,7 +91,7 @@ pub(crate) fn stage(new_root: &Path) -> Result<Vec<PathBuf>, MountError> {
         new_root,
         fs::set_permissions(new_root, fs::Permissions::from_mode(0o755)),
     )?;
-    Ok(unreadable_under(Path::new(ETC)))
+    Ok(())
 }
 
 /// Is `mode` readable (and, for a directory, searchable) by others?

@@ -303,8 +303,9 @@ fn monitor_run(
         Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
     };
 
-    // 4b. Channel monitor -> PID 1: one byte once PID 1 is in the
-    //     Sandbox's cgroup (step 6), EOF if it could not be moved.
+    // 4b. Channel monitor -> PID 1: a `1` once PID 1 is in the Sandbox's
+    //     cgroup (step 6b), then the /etc masks (step 6c); EOF alone if it
+    //     could not be moved.
     let (placed_rd, placed_wr) = match pipe() {
         Ok(p) => p,
         Err(e) => return Report::Failed(os_failure("init", "pipe", &e)),
@@ -367,12 +368,27 @@ fn monitor_run(
             });
         }
     }
-    if let Err(e) = rustix::io::write(&placed_wr, b"1") {
+    // 6c. The host view's masks under /etc (hostview::unreadable_under),
+    //     walked here while PID 1 unshares and mounts rather than by PID 1
+    //     after its mounts: the walk (~1,250 entries, 3 ms here) was a
+    //     sixth of a Sandbox's start (docs/benchmarks.md, "The cgroup
+    //     move"). The host's /etc is the same from both mount namespaces
+    //     at this point. Sent after the `1` as NUL-terminated paths (a path
+    //     holds no NUL); EOF ends the list. A list longer than the pipe
+    //     holds waits for PID 1 to read it, which it does at its masking
+    //     step without waiting for anything else of ours first.
+    let mut message = vec![b'1'];
+    if wire.config.root == crate::mounts::RootFs::HostReadOnly {
+        for p in crate::hostview::unreadable_under(std::path::Path::new(crate::hostview::ETC)) {
+            message.extend_from_slice(p.as_os_str().as_encoded_bytes());
+            message.push(0);
+        }
+    }
+    if let Err(e) = std::fs::File::from(placed_wr).write_all(&message) {
         kill(pid1, libc::SIGKILL);
         let _ = wait_for(Some(pid1), true);
-        return Report::Failed(os_failure("init", "telling PID 1 it is placed", &e.into()));
+        return Report::Failed(os_failure("init", "telling PID 1 it is placed", &e));
     }
-    drop(placed_wr);
 
     // 7. Forward signals to PID 1 until it exits.
     let status = loop {
@@ -477,7 +493,25 @@ fn pid1_setup(wire: &InitWire, placed: OwnedFd) -> Result<(), Failure> {
             &e,
         ));
     }
-    crate::mounts::build_view(&wire.config).map_err(|e| Failure {
+    // The monitor's message (steps 6b and 6c): read at the masking step
+    // of the host view, or below for any other root.
+    let mut placed = Some(std::fs::File::from(placed));
+    let mut masks_from_monitor = || match placed.take().map(read_placement) {
+        Some(Ok(Some(masks))) => Ok(masks),
+        Some(Ok(None)) | None => Err(crate::mounts::MountError::Step {
+            step: "wait for the monitor's move into the cgroup and /etc's masks",
+            path: crate::hostview::ETC.into(),
+            source: std::io::Error::other(
+                "the monitor ended before moving PID 1 into the Sandbox's cgroup",
+            ),
+        }),
+        Some(Err(source)) => Err(crate::mounts::MountError::Step {
+            step: "read the monitor's /etc masks",
+            path: crate::hostview::ETC.into(),
+            source,
+        }),
+    };
+    crate::mounts::build_view_with(&wire.config, &mut masks_from_monitor).map_err(|e| Failure {
         stage: "mount".into(),
         message: e.to_string(),
         errno: match &e {
@@ -495,29 +529,49 @@ fn pid1_setup(wire: &InitWire, placed: OwnedFd) -> Result<(), Failure> {
             errno: None,
         })?;
     }
-    // Wait until the monitor has moved this process into the Sandbox's
-    // cgroup (its step 6b, overlapping the setup above); EOF means it could
-    // not, and the monitor reports why. Only then the cgroup namespace,
-    // so that /proc/self/cgroup is rooted at the Sandbox's cgroup, and
-    // only then any fork.
-    let mut byte = [0u8; 1];
-    let mut placed = std::fs::File::from(placed);
-    match placed.read(&mut byte) {
-        Ok(1) => {}
-        Ok(_) => {
+    // By here the monitor has moved this process into the Sandbox's cgroup
+    // (its step 6b, overlapping the setup above): the view's masking step
+    // read its message, or, for a rootfs, it is read now; EOF alone means
+    // it could not, and the monitor reports why. Only then the cgroup
+    // namespace, so that /proc/self/cgroup is rooted at the Sandbox's
+    // cgroup, and only then any fork.
+    match placed.take().map(read_placement) {
+        None | Some(Ok(Some(_))) => {}
+        Some(Ok(None)) => {
             return Err(Failure {
                 stage: "cgroup".into(),
                 message: "the monitor did not move PID 1 into the Sandbox's cgroup".into(),
                 errno: None,
             })
         }
-        Err(e) => return Err(os_failure("cgroup", "waiting for the monitor", &e)),
+        Some(Err(e)) => return Err(os_failure("cgroup", "waiting for the monitor", &e)),
     }
-    drop(placed);
     if let Err(e) = unshare(UnshareFlags::NEWCGROUP) {
         return Err(os_failure("namespaces", "unshare(NEWCGROUP)", &e));
     }
     Ok(())
+}
+
+/// The monitor's message to PID 1 (steps 6b and 6c), read to its end:
+/// `None` if it is empty (the monitor could not move PID 1), else the
+/// /etc masks after the leading `1`.
+fn read_placement(mut f: std::fs::File) -> std::io::Result<Option<Vec<std::path::PathBuf>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    match bytes.split_first() {
+        None => Ok(None),
+        Some((b'1', rest)) => Ok(Some(
+            rest.split(|&b| b == 0)
+                .filter(|p| !p.is_empty())
+                .map(|p| std::ffi::OsStr::from_bytes(p).into())
+                .collect(),
+        )),
+        Some(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the monitor's message does not start with its `1`",
+        )),
+    }
 }
 
 fn pid1_supervise(
@@ -611,5 +665,35 @@ fn pid1_supervise(
             message: format!("unexpected wait status {raw:?}"),
             errno: None,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_placement;
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+
+    fn message(bytes: &[u8]) -> std::fs::File {
+        let (rd, wr) = super::pipe().unwrap();
+        std::fs::File::from(wr).write_all(bytes).unwrap();
+        std::fs::File::from(rd)
+    }
+
+    /// The monitor's message as PID 1 reads it: EOF alone is "not moved",
+    /// a `1` then NUL-terminated paths (any bytes but NUL) are the masks,
+    /// anything else is refused.
+    #[test]
+    fn the_monitors_message_is_read_exactly() {
+        assert_eq!(read_placement(message(b"")).unwrap(), None);
+        assert_eq!(read_placement(message(b"1")).unwrap(), Some(vec![]));
+        let masks = read_placement(message(b"1/etc/shadow\0/etc/ca\xffkey\0"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(masks.len(), 2);
+        assert_eq!(masks[0], std::path::Path::new("/etc/shadow"));
+        assert_eq!(masks[1].as_os_str().as_bytes(), b"/etc/ca\xffkey");
+        let e = read_placement(message(b"x/etc/shadow\0")).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     }
 }

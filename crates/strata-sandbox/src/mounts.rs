@@ -447,6 +447,23 @@ fn detach_copies(path: &Path) -> Result<(), MountError> {
 /// FS_USERNS_MOUNT). Must also run as a process *in* the PID and network
 /// namespaces the view is for, so that /proc and /sys describe them.
 pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
+    build_view_with(cfg, &mut || {
+        Ok(crate::hostview::unreadable_under(Path::new(
+            crate::hostview::ETC,
+        )))
+    })
+}
+
+/// [`build_view`], with the host view's /etc masks
+/// ([`crate::hostview::unreadable_under`] of /etc) from `etc_masks`,
+/// called once at the masking step and only for
+/// [`RootFs::HostReadOnly`]: the Sandbox's PID 1 gets them from its
+/// monitor, which walks /etc while PID 1 unshares and mounts
+/// (crates/strata-sandbox/src/init.rs, step 6c).
+pub fn build_view_with(
+    cfg: &crate::ns::SandboxConfig,
+    etc_masks: &mut dyn FnMut() -> Result<Vec<PathBuf>, MountError>,
+) -> Result<(), MountError> {
     let (root, binds) = (&cfg.root, &cfg.binds);
     let (tmp_size_bytes, dev_fuse) = (cfg.tmp_size_bytes, cfg.dev_fuse);
     // 1. Private propagation for everything, recursively. Without it, the
@@ -491,11 +508,11 @@ pub fn build_view(cfg: &crate::ns::SandboxConfig) -> Result<(), MountError> {
         None => {
             // A tmpfs root with the host's system directories bound into
             // it (crate::hostview), nothing else of the host.
-            let masks = crate::hostview::stage(&new_root)?;
+            crate::hostview::stage(&new_root)?;
             // The recursive binds copy the submounts of those directories,
             // FUSE ones included (see detach_fuse_mounts).
             detach_fuse_mounts(&new_root)?;
-            masks
+            etc_masks()?
         }
         Some(fd) => {
             bind(&fd_path(fd), &new_root, true, "bind rootfs")?;
