@@ -211,6 +211,7 @@ fn probe_prints_key_value_lines_and_json() {
         "capeff",
         "user_namespaces",
         "cgroup",
+        "rcu_expedited",
         "dev_kvm",
         "rootless",
         "fuse_passthrough",

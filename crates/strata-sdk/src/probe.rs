@@ -103,6 +103,19 @@ pub fn facts(store: Option<&Path>) -> Vec<(String, String)> {
         },
     );
 
+    // A Sandbox's start moves PID 1 into its cgroup; the first move after a
+    // quiet spell waits for a full RCU grace period unless the kernel
+    // expedites them (docs/benchmarks.md, "The cgroup move"). A host-wide
+    // setting, so reported with what to do, never changed by strata.
+    put(
+        "rcu_expedited",
+        match std::fs::read_to_string("/sys/kernel/rcu_expedited") {
+            Ok(v) if v.trim() == "0" => "0: a Sandbox's first cgroup move after a quiet spell waits a full RCU grace period (14-30 ms measured); `echo 1 > /sys/kernel/rcu_expedited` (root, the whole host, until reboot) made it ~1.5 ms".into(),
+            Ok(v) => format!("{}: cgroup moves wait an expedited grace period", v.trim()),
+            Err(e) => format!("unknown: /sys/kernel/rcu_expedited: {e}"),
+        },
+    );
+
     put(
         "dev_kvm",
         match std::fs::metadata("/dev/kvm") {
