@@ -374,9 +374,13 @@ fn monitor_run(
     //     sixth of a Sandbox's start (docs/benchmarks.md, "The cgroup
     //     move"). The host's /etc is the same from both mount namespaces
     //     at this point. Sent after the `1` as NUL-terminated paths (a path
-    //     holds no NUL); EOF ends the list. A list longer than the pipe
-    //     holds waits for PID 1 to read it, which it does at its masking
-    //     step without waiting for anything else of ours first.
+    //     holds no NUL), then a `.` that says the list is whole: PID 1
+    //     refuses a message without it, so a write cut short can never
+    //     leave a path unmasked. A list longer than the pipe holds waits
+    //     for PID 1 to read it, which it does at its masking step without
+    //     waiting for anything else of ours first. If the write fails,
+    //     PID 1 has ended (EPIPE) or will refuse what it got; either way
+    //     its own report (step 8) says why, so nothing is decided here.
     let mut message = vec![b'1'];
     if wire.config.root == crate::mounts::RootFs::HostReadOnly {
         for p in crate::hostview::unreadable_under(std::path::Path::new(crate::hostview::ETC)) {
@@ -384,11 +388,8 @@ fn monitor_run(
             message.push(0);
         }
     }
-    if let Err(e) = std::fs::File::from(placed_wr).write_all(&message) {
-        kill(pid1, libc::SIGKILL);
-        let _ = wait_for(Some(pid1), true);
-        return Report::Failed(os_failure("init", "telling PID 1 it is placed", &e));
-    }
+    message.push(b'.');
+    let _ = std::fs::File::from(placed_wr).write_all(&message);
 
     // 7. Forward signals to PID 1 until it exits.
     let status = loop {
@@ -554,24 +555,34 @@ fn pid1_setup(wire: &InitWire, placed: OwnedFd) -> Result<(), Failure> {
 
 /// The monitor's message to PID 1 (steps 6b and 6c), read to its end:
 /// `None` if it is empty (the monitor could not move PID 1), else the
-/// /etc masks after the leading `1`.
+/// /etc masks between the leading `1` and the closing `.`, each path
+/// NUL-terminated. Anything else (no `.`: a message cut short) is an
+/// error, never a shorter list.
 fn read_placement(mut f: std::fs::File) -> std::io::Result<Option<Vec<std::path::PathBuf>>> {
     use std::os::unix::ffi::OsStrExt;
     let mut bytes = Vec::new();
     f.read_to_end(&mut bytes)?;
-    match bytes.split_first() {
-        None => Ok(None),
-        Some((b'1', rest)) => Ok(Some(
-            rest.split(|&b| b == 0)
-                .filter(|p| !p.is_empty())
-                .map(|p| std::ffi::OsStr::from_bytes(p).into())
-                .collect(),
-        )),
-        Some(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "the monitor's message does not start with its `1`",
-        )),
+    if bytes.is_empty() {
+        return Ok(None);
     }
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let list = bytes
+        .strip_prefix(b"1")
+        .ok_or_else(|| bad("the monitor's message does not start with its `1`"))?
+        .strip_suffix(b".")
+        .ok_or_else(|| bad("the monitor's message was cut short (no closing `.`)"))?;
+    if list.is_empty() {
+        return Ok(Some(Vec::new()));
+    }
+    let entries = list
+        .strip_suffix(b"\0")
+        .ok_or_else(|| bad("the monitor's /etc masks do not end with a NUL"))?;
+    Ok(Some(
+        entries
+            .split(|&b| b == 0)
+            .map(|p| std::ffi::OsStr::from_bytes(p).into())
+            .collect(),
+    ))
 }
 
 fn pid1_supervise(
@@ -686,14 +697,24 @@ mod tests {
     #[test]
     fn the_monitors_message_is_read_exactly() {
         assert_eq!(read_placement(message(b"")).unwrap(), None);
-        assert_eq!(read_placement(message(b"1")).unwrap(), Some(vec![]));
-        let masks = read_placement(message(b"1/etc/shadow\0/etc/ca\xffkey\0"))
+        assert_eq!(read_placement(message(b"1.")).unwrap(), Some(vec![]));
+        let masks = read_placement(message(b"1/etc/shadow\0/etc/ca\xffkey\0."))
             .unwrap()
             .unwrap();
         assert_eq!(masks.len(), 2);
         assert_eq!(masks[0], std::path::Path::new("/etc/shadow"));
         assert_eq!(masks[1].as_os_str().as_bytes(), b"/etc/ca\xffkey");
-        let e = read_placement(message(b"x/etc/shadow\0")).unwrap_err();
-        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        // Cut short (no closing `.`, or a path without its NUL), or not
+        // from the monitor: refused, never read as a shorter list.
+        for bad in [
+            &b"1"[..],
+            b"1/etc/shadow\0",
+            b"1/etc/shadow\0/etc/gsha",
+            b"1/etc/shadow.",
+            b"x/etc/shadow\0.",
+        ] {
+            let e = read_placement(message(bad)).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{bad:?}");
+        }
     }
 }

@@ -301,3 +301,46 @@ fn tmp_size_is_enforced() {
     );
     assert_eq!(o, Outcome::Exited(0), "{err}");
 }
+
+/// PID 1 failing before it reads the monitor's message (here: a rootfs
+/// whose bind target leads out of it through a symlink, refused while
+/// the view is built; with a rootfs the message is read after that)
+/// is reported as PID 1's own failure, not as the monitor's message
+/// going nowhere, and the cgroup is gone afterwards.
+#[test]
+fn pid1_failing_early_reports_its_own_failure() {
+    require_root();
+    let rootfs = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("/", rootfs.path().join("escape")).unwrap();
+    let mut cfg = with_limits(
+        "strata-test-early",
+        Limits {
+            pids: Some(50),
+            ..Limits::default()
+        },
+    );
+    let name = cfg.cgroup_name.clone().unwrap();
+    cfg.root = strata_sandbox::RootFs::Dir {
+        path: rootfs.path().into(),
+        readonly: true,
+    };
+    cfg.binds.push(strata_sandbox::BindMount {
+        source: "/usr".into(),
+        target: "/escape/usr-copy".into(),
+        readonly: true,
+    });
+    let child = strata_sandbox::SandboxCommand::new(cfg, spec(&["true"]))
+        .init_exe(PROBE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    match child.wait() {
+        Err(strata_sandbox::RunError::Sandbox(f)) => {
+            assert_eq!(f.stage, "mount", "{f:?}");
+            assert!(f.message.contains("/escape must be"), "{f:?}");
+        }
+        other => panic!("expected PID 1's mount failure, got {other:?}"),
+    }
+    assert!(walk_for(&name).is_empty(), "cgroup left behind");
+}
