@@ -185,21 +185,28 @@ async fn default_limits_stop_a_fork_bomb_while_the_daemon_serves(dir: &Path) {
     let monitor = monitor_pid(&sb);
     let daemon = daemon_pid(&sb);
     // And in the kernel: the Sandbox's cgroup holds the limits, its
-    // `init` child the monitor (and so PID 1 and the daemon), its
-    // `commands` child a lower pids limit.
-    let init_pids = cgroup_dir(monitor, "pids");
+    // `init` child PID 1 (moved in by the monitor) and so the daemon,
+    // its `commands` child a lower pids limit. The monitor stays out
+    // (crates/strata-sandbox/src/init.rs, step 6b).
+    let pid1 = match strata_torture::children_of(monitor).as_slice() {
+        [one] => *one,
+        other => panic!("the monitor {monitor} should have one child, PID 1: {other:?}"),
+    };
+    let init_pids = cgroup_dir(pid1, "pids");
     assert!(init_pids.ends_with("init"), "{}", init_pids.display());
     assert_eq!(cgroup_dir(daemon, "pids"), init_pids);
+    assert!(
+        !cgroup_dir(monitor, "pids").starts_with(init_pids.parent().unwrap()),
+        "the monitor is in the Sandbox's cgroup: {}",
+        cgroup_dir(monitor, "pids").display()
+    );
     let top_pids = init_pids.parent().unwrap().to_path_buf();
     assert_eq!(read_trim(&top_pids.join("pids.max")), "4096");
     let commands = top_pids.join("commands");
     let commands_max: u64 = read_trim(&commands.join("pids.max")).parse().unwrap();
     assert_eq!(commands_max, strata_sandbox::cgroup::commands_pids(4096));
     assert!(commands_max < 4096);
-    let top_mem = cgroup_dir(monitor, "memory")
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let top_mem = cgroup_dir(pid1, "memory").parent().unwrap().to_path_buf();
     let mem_file = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
         "memory.max"
     } else {
