@@ -2,9 +2,12 @@
 //! thread once there is more than one transaction's worth.
 
 use crate::error::{Result, SqlCtx, StoreError};
-use crate::objects::{insert, Prepared};
+use crate::id::Kind;
+use crate::objects::{exists, insert, insert_packed, Prepared};
+use crate::pack::{self, PackWriter};
 use crate::store::Store;
 use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::MutexGuard;
 use std::thread::JoinHandle;
 
 /// Flush prepared objects to the database every this many bytes (or
@@ -194,33 +197,131 @@ fn insert_batch(store: &Store, batch: Vec<Prepared>) -> Result<Counts> {
 
 /// Insert `parts` in transactions of about [`BATCH_BYTES`] each (a part is
 /// never split); returns the objects that were new and their bytes.
+///
+/// A part with at least [`pack::PACK_MIN_BYTES`] of chunk bytes has its new
+/// chunks' bytes appended to the handle's pack and only their index rows
+/// inserted (pack.rs says why, and the rules this follows): the pack is
+/// synced before the transaction commits, and truncated back if it fails.
 fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Result<Counts> {
     let mut parts = parts.peekable();
     let mut counts = (0, 0);
+    let mut scratch = Vec::new();
     while parts.peek().is_some() {
         let mut conn = store.writer();
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .ctx("begin writing objects")?;
-        let mut bytes = 0;
-        while bytes < BATCH_BYTES {
-            let Some(mut part) = parts.next() else { break };
-            // In id order, each insert into the id index lands next to the
-            // last one (ids are hashes: in arrival order every insert
-            // searched and dirtied a random index page).
-            part.sort_unstable_by_key(|p| p.id);
-            for p in &part {
-                bytes += p.data.len();
-                if insert(&tx, p)? {
-                    counts.0 += 1;
-                    counts.1 += p.data.len() as u64;
+        // The pack, once a part of this transaction uses it, and where the
+        // transaction's bytes began in it.
+        let mut packed: Option<(MutexGuard<'_, Option<PackWriter>>, u64)> = None;
+        let result = (|| -> Result<usize> {
+            let mut bytes = 0;
+            while bytes < BATCH_BYTES {
+                let Some(mut part) = parts.next() else { break };
+                // In id order, each insert into the id index lands next to
+                // the last one (ids are hashes: in arrival order every
+                // insert searched and dirtied a random index page).
+                part.sort_unstable_by_key(|p| p.id);
+                part.dedup_by_key(|p| p.id);
+                let chunk_bytes: usize = part
+                    .iter()
+                    .filter(|p| packable(p))
+                    .map(|p| p.data.len())
+                    .sum();
+                if chunk_bytes >= pack::PACK_MIN_BYTES {
+                    if packed.is_none() {
+                        let w = store.pack_writer()?;
+                        let start = w.as_ref().map_or(0, |w| w.end());
+                        packed = Some((w, start));
+                    }
+                    let (w, _) = packed.as_mut().expect("set above");
+                    let w = w.as_mut().expect("pack_writer makes one");
+                    bytes += pack_part(&tx, w, &part, &mut scratch, &mut counts)?;
+                    continue;
+                }
+                for p in &part {
+                    bytes += p.data.len();
+                    if insert(&tx, p)? {
+                        counts.0 += 1;
+                        counts.1 += p.data.len() as u64;
+                    }
                 }
             }
-        }
-        tx.commit().ctx("commit written objects")?;
-        if bytes >= SHRINK_AFTER {
-            shrink_cache(&conn);
+            // Bytes before rows: no committed row may name bytes a power
+            // loss could take (pack.rs).
+            if let Some((w, _)) = &packed {
+                w.as_ref().expect("pack_writer makes one").sync()?;
+            }
+            Ok(bytes)
+        })()
+        .and_then(|bytes| tx.commit().ctx("commit written objects").map(|()| bytes));
+        match result {
+            Ok(bytes) => {
+                if bytes >= SHRINK_AFTER {
+                    shrink_cache(&conn);
+                }
+            }
+            Err(e) => {
+                if let Some((mut w, start)) = packed {
+                    if let Some(w) = w.as_mut() {
+                        w.truncate_to(start);
+                    }
+                }
+                return Err(e);
+            }
         }
     }
     Ok(counts)
+}
+
+/// Whether an object's bytes may go to a pack: full chunks (deltas and the
+/// other kinds are small and stay in SQLite).
+fn packable(p: &Prepared) -> bool {
+    p.kind == Kind::Chunk && p.base.is_none()
+}
+
+/// Append the new packable objects of `part` (sorted, deduplicated) to the
+/// pack in one write and index them; insert the rest as rows. Returns the
+/// part's bytes.
+fn pack_part(
+    tx: &rusqlite::Transaction<'_>,
+    w: &mut PackWriter,
+    part: &[Prepared],
+    scratch: &mut Vec<u8>,
+    counts: &mut Counts,
+) -> Result<usize> {
+    let mut bytes = 0;
+    let mut fresh = Vec::new();
+    scratch.clear();
+    for p in part {
+        bytes += p.data.len();
+        if !packable(p) {
+            if insert(tx, p)? {
+                counts.0 += 1;
+                counts.1 += p.data.len() as u64;
+            }
+        } else if !exists(tx, &p.id)? {
+            fresh.push((p, scratch.len() as u64));
+            scratch.extend_from_slice(&p.data);
+        }
+    }
+    if fresh.is_empty() {
+        return Ok(bytes);
+    }
+    let base = w.append(scratch)?;
+    for (p, at) in fresh {
+        let loc = pack::Loc {
+            pack: w.pack,
+            off: base + at,
+            len: p.data.len() as u64,
+        };
+        if insert_packed(tx, p, loc)? {
+            counts.0 += 1;
+            counts.1 += p.data.len() as u64;
+        }
+    }
+    if scratch.capacity() > 2 * PART_BYTES {
+        *scratch = Vec::new();
+    }
+    Ok(bytes)
 }

@@ -19,6 +19,7 @@ mod maint;
 mod meta;
 mod object;
 mod objects;
+mod pack;
 mod parallel;
 mod progress;
 mod rechunk;

@@ -5,6 +5,7 @@ use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::{Kind, ObjectId};
 use crate::object::{decode, Commit, ContentRef, EntryKind, Page, TreeNode};
 use crate::objects;
+use crate::pack;
 use crate::progress::Progress;
 use crate::sql;
 use crate::store::Store;
@@ -19,7 +20,9 @@ pub struct Stats {
     pub stored_bytes: u64,
     /// Bytes of file content the chunks represent (each unique chunk once).
     pub logical_bytes: u64,
-    /// Bytes of the database files on disk (db, WAL and shared memory).
+    /// Bytes of the Store's files on disk: the database, WAL and shared
+    /// memory (their lengths) and the pack files (the blocks they hold,
+    /// so the holes `gc` punched do not count).
     pub db_bytes: u64,
     /// Objects stored as deltas.
     pub delta_objects: u64,
@@ -75,6 +78,17 @@ fn all_rows(conn: &Connection) -> Result<Vec<RowInfo>> {
         out.push((rowid, id, kind, base.and_then(|b| ObjectId::from_slice(&b))));
     }
     Ok(out)
+}
+
+/// Per pack, the end of its last indexed object.
+fn pack_ends(conn: &Connection) -> Result<HashMap<u64, u64>> {
+    let mut s = conn.prepare(sql::PACK_ENDS).ctx("list packs")?;
+    let rows = s
+        .query_map([], |r| {
+            Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+        })
+        .ctx("list packs")?;
+    rows.collect::<Result<_, _>>().ctx("list packs")
 }
 
 fn roots(conn: &Connection) -> Result<Vec<ObjectId>> {
@@ -299,6 +313,7 @@ impl Store {
                 db_bytes += m.len();
             }
         }
+        db_bytes += pack::disk_bytes(self.dir());
         let projects = self.list_projects()?.len() as u64;
         let branches = self.list_branches(None)?.len() as u64;
         Ok(Stats {
@@ -341,9 +356,18 @@ impl Store {
                 problems.push(format!("{}: unknown kind {kind}", id.to_hex()));
                 continue;
             };
-            let Some(row) = objects::get_row(&conn, id)? else {
-                problems.push(format!("{}: listed but unreadable", id.to_hex()));
-                continue;
+            let row = match objects::get_row(&conn, id) {
+                Ok(Some(row)) => row,
+                Ok(None) => {
+                    problems.push(format!("{}: listed but unreadable", id.to_hex()));
+                    continue;
+                }
+                // A packed row whose pack is missing or short.
+                Err(e @ StoreError::Corrupt { .. }) => {
+                    problems.push(format!("{} ({}): {e}", id.to_hex(), k.name()));
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
             match objects::decode_row(&conn, id, row) {
                 Ok(raw) => {
@@ -407,6 +431,7 @@ impl Store {
             reachable: live.len() as u64,
             ..Default::default()
         };
+        let mut dead = Vec::new();
         {
             let mut size = tx.prepare(sql::OBJ_SIZE_ROWID).ctx("size an object")?;
             let mut del = tx.prepare(sql::OBJ_DELETE_ROWID).ctx("delete objects")?;
@@ -415,15 +440,31 @@ impl Store {
                 if live.contains(id) {
                     continue;
                 }
-                let n: i64 = size
-                    .query_row([rowid], |r| r.get(0))
+                let (n, loc): (i64, Option<pack::Loc>) = size
+                    .query_row([rowid], |r| {
+                        let loc = match r.get::<_, Option<i64>>(1)? {
+                            Some(p) => Some(pack::Loc {
+                                pack: p as u64,
+                                off: r.get::<_, i64>(2)? as u64,
+                                len: r.get::<_, i64>(3)? as u64,
+                            }),
+                            None => None,
+                        };
+                        Ok((r.get(0)?, loc))
+                    })
                     .ctx("size an object")?;
                 del.execute([rowid]).ctx("delete an object")?;
+                dead.extend(loc);
                 report.deleted_objects += 1;
                 report.deleted_bytes += n as u64;
             }
         }
+        let ends = pack_ends(&tx)?;
         tx.commit().ctx("commit gc")?;
+        // Only now that no row names them: free the deleted packed bytes,
+        // then remove packs nothing names and cut unindexed tails (pack.rs).
+        pack::punch(self.dir(), &dead);
+        pack::sweep(self.dir(), conn.path().unwrap_or_default(), &ends);
         // Return freed pages to the filesystem (auto_vacuum = INCREMENTAL).
         let _ = conn.execute_batch(sql::GC_SHRINK);
         progress.finish();

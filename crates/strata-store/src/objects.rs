@@ -232,22 +232,67 @@ pub(crate) struct Row {
     pub data: Vec<u8>,
 }
 
+/// Insert a chunk whose stored bytes are at `loc` in a pack (pack.rs); the
+/// caller checked that it is new. Returns true if the row is new.
+pub(crate) fn insert_packed(
+    conn: &Connection,
+    p: &Prepared,
+    loc: crate::pack::Loc,
+) -> Result<bool> {
+    let n = conn
+        .prepare_cached(sql::OBJ_INSERT_PACKED)
+        .and_then(|mut s| {
+            s.execute((
+                &p.id.0[..],
+                p.kind as u8,
+                p.enc,
+                p.raw_len as i64,
+                loc.pack as i64,
+                loc.off as i64,
+                loc.len as i64,
+            ))
+        })
+        .ctx("index a packed object")?;
+    Ok(n == 1)
+}
+
+/// A row, with the stored bytes of a packed one read from its pack.
 pub(crate) fn get_row(conn: &Connection, id: &ObjectId) -> Result<Option<Row>> {
-    conn.prepare_cached(sql::OBJ_GET)
+    let row = conn
+        .prepare_cached(sql::OBJ_GET)
         .and_then(|mut s| {
             s.query_row([&id.0[..]], |r| {
-                Ok(Row {
-                    kind: r.get(0)?,
-                    enc: r.get(1)?,
-                    raw_len: r.get::<_, i64>(2)? as u64,
-                    base: r.get(3)?,
-                    depth: r.get(4)?,
-                    data: r.get(5)?,
-                })
+                let pack: Option<i64> = r.get(6)?;
+                let loc = match pack {
+                    Some(pack) => Some(crate::pack::Loc {
+                        pack: pack as u64,
+                        off: r.get::<_, i64>(7)? as u64,
+                        len: r.get::<_, i64>(8)? as u64,
+                    }),
+                    None => None,
+                };
+                Ok((
+                    Row {
+                        kind: r.get(0)?,
+                        enc: r.get(1)?,
+                        raw_len: r.get::<_, i64>(2)? as u64,
+                        base: r.get(3)?,
+                        depth: r.get(4)?,
+                        data: r.get(5)?,
+                    },
+                    loc,
+                ))
             })
             .optional()
         })
-        .ctx("read an object")
+        .ctx("read an object")?;
+    let Some((mut row, loc)) = row else {
+        return Ok(None);
+    };
+    if let Some(loc) = loc {
+        row.data = crate::pack::read(conn.path().unwrap_or_default(), id, loc)?;
+    }
+    Ok(Some(row))
 }
 
 /// The largest decoded size a row of `kind` may declare. Chunks are cut by

@@ -1,7 +1,9 @@
 //! Every SQL statement the Store runs, in one place. Rust logic elsewhere
 //! refers to these constants and never builds SQL text.
 
-/// The schema of format version 1.
+/// The schema of format version 2 (pack.rs: a row whose `pack` is set
+/// keeps its stored bytes at `pack_off`, `pack_len` bytes long, in that
+/// pack file, and its `data` is empty).
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -15,7 +17,10 @@ CREATE TABLE IF NOT EXISTS objects (
     raw_len INTEGER NOT NULL,
     base    BLOB,               -- the delta base object id when enc = 2
     depth   INTEGER NOT NULL,   -- delta chain depth (0 for a full object)
-    data    BLOB NOT NULL
+    data    BLOB NOT NULL,
+    pack     INTEGER,           -- the pack file's number, or NULL (bytes in `data`)
+    pack_off INTEGER,
+    pack_len INTEGER
 );
 CREATE TABLE IF NOT EXISTS projects (
     name       TEXT PRIMARY KEY,
@@ -42,18 +47,32 @@ pub const HAS_META_TABLE: &str =
 pub const OBJ_INSERT: &str =
     "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+/// Format version 1 to 2: the pack columns (an O(1) change in SQLite:
+/// existing rows read them as NULL).
+pub const MIGRATE_1_TO_2: &str = "ALTER TABLE objects ADD COLUMN pack INTEGER;
+     ALTER TABLE objects ADD COLUMN pack_off INTEGER;
+     ALTER TABLE objects ADD COLUMN pack_len INTEGER;";
+pub const OBJ_INSERT_PACKED: &str =
+    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len)
+     VALUES (?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7)";
 pub const OBJ_EXISTS: &str = "SELECT 1 FROM objects WHERE id = ?1";
-pub const OBJ_GET: &str = "SELECT kind, enc, raw_len, base, depth, data FROM objects WHERE id = ?1";
+pub const OBJ_GET: &str =
+    "SELECT kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len FROM objects WHERE id = ?1";
 pub const OBJ_DEPTH: &str = "SELECT depth FROM objects WHERE id = ?1";
 pub const OBJ_PREFIX: &str =
     "SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 ORDER BY id LIMIT 5";
 pub const OBJ_ALL_IDS: &str = "SELECT rowid, id, kind, base FROM objects";
 pub const OBJ_ALL_BY_KIND: &str = "SELECT id FROM objects WHERE kind = ?1";
 pub const OBJ_DELETE_ROWID: &str = "DELETE FROM objects WHERE rowid = ?1";
-pub const OBJ_STATS: &str = "SELECT count(*), coalesce(sum(length(data)), 0),
+pub const OBJ_STATS: &str =
+    "SELECT count(*), coalesce(sum(length(data) + coalesce(pack_len, 0)), 0),
      coalesce(sum(CASE WHEN kind = 1 THEN raw_len ELSE 0 END), 0),
      coalesce(sum(CASE WHEN enc = 2 THEN 1 ELSE 0 END), 0) FROM objects";
-pub const OBJ_STORED_BYTES: &str = "SELECT coalesce(sum(length(data)), 0) FROM objects";
+pub const OBJ_STORED_BYTES: &str =
+    "SELECT coalesce(sum(length(data) + coalesce(pack_len, 0)), 0) FROM objects";
+/// Per pack, the end of its last indexed object (gc's sweep, pack.rs).
+pub const PACK_ENDS: &str =
+    "SELECT pack, max(pack_off + pack_len) FROM objects WHERE pack IS NOT NULL GROUP BY pack";
 
 pub const PROJECT_INSERT: &str = "INSERT INTO projects (name, created_ns) VALUES (?1, ?2)";
 pub const PROJECT_EXISTS: &str = "SELECT 1 FROM projects WHERE name = ?1";
@@ -74,8 +93,10 @@ pub const PIN_PUT: &str = "INSERT OR REPLACE INTO pins (holder, commit_id) VALUE
 pub const PIN_DELETE: &str = "DELETE FROM pins WHERE holder = ?1";
 pub const PIN_HEADS: &str = "SELECT commit_id FROM pins";
 
-/// Size of one stored object (gc reports the bytes it frees).
-pub const OBJ_SIZE_ROWID: &str = "SELECT length(data) FROM objects WHERE rowid = ?1";
+/// Size of one stored object and where its bytes are if packed (gc
+/// reports the bytes it frees and punches the packed ones out).
+pub const OBJ_SIZE_ROWID: &str =
+    "SELECT length(data) + coalesce(pack_len, 0), pack, pack_off, pack_len FROM objects WHERE rowid = ?1";
 
 /// A new Store: pages freed by gc go back to the filesystem (incremental
 /// vacuum), and the schema is made inside one exclusive transaction.

@@ -11,8 +11,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// The format this build writes and the newest it can read.
-pub const FORMAT_VERSION: i64 = 1;
+/// The format this build writes and the newest it can read. Version 2 added
+/// pack files (pack.rs); a version-1 Store is migrated when opened
+/// (`migrate`), after which older strata refuses it with `NewerVersion`.
+pub const FORMAT_VERSION: i64 = 2;
 const FORMAT_NAME: &str = "strata-store";
 const DB_FILE: &str = "strata.db";
 const LOCK_FILE: &str = "lock";
@@ -52,6 +54,9 @@ pub(crate) struct Inner {
     pub(crate) source_read: std::sync::atomic::AtomicU64,
     /// Checkpoints the WAL after writes, off the writers' path.
     pub(crate) ckpt: Checkpointer,
+    /// The pack this handle appends chunk bytes to (pack.rs), made on
+    /// first use; its lock keeps `gc` from removing it while it lives.
+    pub(crate) pack: Mutex<Option<crate::pack::PackWriter>>,
 }
 
 /// The write connection, held: tells the checkpoint thread when released
@@ -205,7 +210,10 @@ impl Store {
         }
         let lock = open_lock(dir)?;
         let write = connect(&db, false)?;
-        let (durable, deltas) = verify_schema(&write, dir)?;
+        let (durable, deltas, version) = verify_schema(&write, dir)?;
+        if version < FORMAT_VERSION {
+            migrate(&write, dir)?;
+        }
         let sync = if durable || opts.durable {
             "FULL"
         } else {
@@ -235,6 +243,7 @@ impl Store {
                 deltas: deltas && !opts.no_deltas,
                 source_read: Default::default(),
                 ckpt,
+                pack: Mutex::new(None),
             }),
         })
     }
@@ -266,6 +275,16 @@ impl Store {
 
     pub(crate) fn reader(&self) -> MutexGuard<'_, Connection> {
         self.inner.read.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pack this handle appends to, created on first use and replaced
+    /// when full (pack.rs).
+    pub(crate) fn pack_writer(&self) -> Result<MutexGuard<'_, Option<crate::pack::PackWriter>>> {
+        let mut w = self.inner.pack.lock().unwrap_or_else(|p| p.into_inner());
+        if w.as_ref().is_none_or(|p| p.full()) {
+            *w = Some(crate::pack::PackWriter::create(&self.inner.dir)?);
+        }
+        Ok(w)
     }
 
     pub(crate) fn writer(&self) -> WriteConn<'_> {
@@ -439,9 +458,38 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
     Ok(conn)
 }
 
+/// Bring a version-1 Store to version 2 (the pack columns), in one write
+/// transaction that reads the version again, so two processes opening it
+/// at once migrate it once.
+fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")
+        .ctx("begin migrating the Store")?;
+    let run = || -> Result<()> {
+        let version: Option<String> = conn
+            .query_row(sql::META_GET, ["version"], |r| r.get(0))
+            .optional()
+            .ctx("read metadata")?;
+        if version.as_deref() == Some("1") {
+            conn.execute_batch(sql::MIGRATE_1_TO_2)
+                .ctx("add the pack columns")?;
+            conn.execute(sql::META_PUT, ("version", FORMAT_VERSION.to_string()))
+                .ctx("write metadata")?;
+        }
+        Ok(())
+    };
+    match run() {
+        Ok(()) => conn.execute_batch("COMMIT").ctx("commit the migration"),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            tracing::warn!("migrating the Store at {}: {e}", dir.display());
+            Err(e)
+        }
+    }
+}
+
 /// Check that the database is a Store of a version we can read; return
-/// (durable, deltas) as recorded at create time.
-fn verify_schema(conn: &Connection, dir: &Path) -> Result<(bool, bool)> {
+/// (durable, deltas, version) as recorded.
+fn verify_schema(conn: &Connection, dir: &Path) -> Result<(bool, bool, i64)> {
     let has_meta: i64 = conn
         .query_row(sql::HAS_META_TABLE, [], |r| r.get(0))
         .map_err(|e| StoreError::NotAStore {
@@ -480,7 +528,7 @@ fn verify_schema(conn: &Connection, dir: &Path) -> Result<(bool, bool)> {
     }
     let durable = get("durable")?.as_deref() == Some("1");
     let deltas = get("deltas")?.as_deref() != Some("0");
-    Ok((durable, deltas))
+    Ok((durable, deltas, version))
 }
 
 /// Refuse filesystems whose locking SQLite's WAL cannot trust. WAL needs

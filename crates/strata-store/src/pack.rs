@@ -1,0 +1,363 @@
+//! Pack files: chunk bytes outside SQLite, in append-only files under
+//! `packs/`, with only an index row per chunk in the `objects` table (its
+//! `pack`, `pack_off`, `pack_len` columns; `data` is empty).
+//!
+//! Why (docs/benchmarks.md, "Pack files"): a fresh 32 MiB file's chunks
+//! inserted as SQLite rows cost ~60 ms on one writer thread (every byte
+//! copied into a page, checksummed, written to the WAL) plus a checkpoint
+//! that writes them again; appended to a file they cost ~8 ms, and the
+//! 6,700 index rows ~7 ms.
+//!
+//! The rules that keep a Store consistent (docs/design.md, "Pack files"):
+//!
+//! - **Bytes before rows.** A transaction that indexes packed bytes
+//!   `fdatasync`s the pack before it commits, so after any crash, power
+//!   loss included, no row names bytes that are not on disk. Bytes without
+//!   a row (a crash between the write and the commit) are garbage, never
+//!   damage.
+//! - **One appender per pack.** Each Store handle appends to a pack of its
+//!   own, created under a temporary name, locked (`flock` shared) and only
+//!   then renamed into place; it holds the lock until it is dropped. `gc`
+//!   removes or truncates only packs whose lock it can take exclusively,
+//!   so never one that a live writer appends to.
+//! - **A failed transaction takes its bytes back**: the writer truncates
+//!   its pack to where the transaction began, so a disk filled by a failed
+//!   import is freed as it was when the bytes were SQLite's.
+//! - **Packs never move bytes.** `gc` punches holes where deleted chunks
+//!   were (`fallocate(PUNCH_HOLE)`), so an offset stays valid for the
+//!   pack's life and readers need no lock.
+
+use crate::error::{Result, StoreError};
+use crate::id::ObjectId;
+use rustix::fs::{FallocateFlags, FlockOperation};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The directory of pack files inside a Store.
+pub(crate) const PACK_DIR: &str = "packs";
+
+/// Every pack starts with these 16 bytes, so offset 0 is never a chunk and
+/// a stray file is recognisable.
+const MAGIC: &[u8; 16] = b"strata-pack v1\n\0";
+
+/// A pack is closed for appends beyond this size and a new one started.
+const PACK_MAX: u64 = 1 << 30;
+
+/// A part of a batch goes to the pack only with at least this many bytes of
+/// new chunks: the pack's `fdatasync` before the commit costs a journal
+/// commit, which a commit of a few small files should not pay.
+pub(crate) const PACK_MIN_BYTES: usize = 1 << 20;
+
+/// Where a packed object's bytes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    pub pack: u64,
+    pub off: u64,
+    pub len: u64,
+}
+
+pub(crate) fn pack_path(dir: &Path, pack: u64) -> PathBuf {
+    dir.join(PACK_DIR).join(format!("{pack:016x}.pack"))
+}
+
+/// The pack number of a file name `<16 hex digits>.pack`.
+pub(crate) fn parse_name(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".pack")?;
+    (hex.len() == 16)
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+/// The pack one Store handle appends to.
+pub(crate) struct PackWriter {
+    pub pack: u64,
+    file: File,
+    /// Where the next append goes (the file's length).
+    end: u64,
+    path: PathBuf,
+}
+
+fn io_err(action: &'static str, path: &Path, e: std::io::Error) -> StoreError {
+    if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
+        return StoreError::DiskFull { action };
+    }
+    StoreError::io(action, path, e)
+}
+
+impl PackWriter {
+    /// Create a new pack in `dir` (the Store's directory): under a temporary
+    /// name first, locked, then renamed, so `gc` never sees it unlocked.
+    pub(crate) fn create(dir: &Path) -> Result<PackWriter> {
+        let packs = dir.join(PACK_DIR);
+        match std::fs::DirBuilder::new().mode(0o700).create(&packs) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create the pack directory", &packs, e)),
+        }
+        for _ in 0..16 {
+            let pack = fresh_number();
+            let path = pack_path(dir, pack);
+            let tmp = path.with_extension("pack.tmp");
+            let file = match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&tmp)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err("create a pack file", &tmp, e)),
+            };
+            rustix::fs::flock(&file, FlockOperation::LockShared)
+                .map_err(|e| io_err("lock a pack file", &tmp, e.into()))?;
+            file.write_all_at(MAGIC, 0)
+                .map_err(|e| io_err("write a pack file", &tmp, e))?;
+            if path.exists() {
+                let _ = std::fs::remove_file(&tmp);
+                continue;
+            }
+            std::fs::rename(&tmp, &path).map_err(|e| io_err("name a pack file", &path, e))?;
+            // The new name must survive a power loss before any row can
+            // name the pack: fsync the directory (fsync(2): syncing a file
+            // does not sync its directory entry).
+            File::open(&packs)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err("sync the pack directory", &packs, e))?;
+            return Ok(PackWriter {
+                pack,
+                file,
+                end: MAGIC.len() as u64,
+                path,
+            });
+        }
+        Err(StoreError::Invalid(format!(
+            "could not find a free pack file name in {}",
+            packs.display()
+        )))
+    }
+
+    /// Where the next append goes.
+    pub(crate) fn end(&self) -> u64 {
+        self.end
+    }
+
+    pub(crate) fn full(&self) -> bool {
+        self.end >= PACK_MAX
+    }
+
+    /// Append `bytes`; returns their offset. Writeback of them starts at
+    /// once (`fadvise(DONTNEED)` on a dirty range starts its writeback,
+    /// mm/fadvise.c): measured here, 32 MiB appended in 2 MiB writes took
+    /// 156-294 ms when left to the kernel's flusher and 7.5-8 ms this way,
+    /// with the `fdatasync` before the commit then finding nothing left to
+    /// write (docs/benchmarks.md, "Pack files").
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<u64> {
+        let off = self.end;
+        self.file
+            .write_all_at(bytes, off)
+            .map_err(|e| io_err("append to a pack file", &self.path, e))?;
+        self.end += bytes.len() as u64;
+        if let Some(n) = std::num::NonZeroU64::new(bytes.len() as u64) {
+            // Only advice: failing to start writeback early costs time, not
+            // correctness (the fdatasync before the commit writes it all).
+            let _ = rustix::fs::fadvise(&self.file, off, Some(n), rustix::fs::Advice::DontNeed);
+        }
+        Ok(off)
+    }
+
+    /// Make every appended byte durable: called before the transaction that
+    /// indexes them commits.
+    pub(crate) fn sync(&self) -> Result<()> {
+        rustix::fs::fdatasync(&self.file)
+            .map_err(|e| io_err("sync a pack file", &self.path, e.into()))
+    }
+
+    /// Take back everything appended since `end` (a failed transaction).
+    pub(crate) fn truncate_to(&mut self, end: u64) {
+        if self.file.set_len(end).is_ok() {
+            self.end = end;
+        } else {
+            // The bytes stay as garbage; later appends go after them.
+            tracing::warn!(
+                "could not truncate {} back to {end} bytes",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// A pack number nobody else picks: a hash of the time, the process and a
+/// counter (the file is created with O_EXCL all the same).
+fn fresh_number() -> u64 {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = blake3::Hasher::new();
+    h.update(&crate::now_ns().to_le_bytes());
+    h.update(&std::process::id().to_le_bytes());
+    h.update(
+        &COUNTER
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .to_le_bytes(),
+    );
+    let b = h.finalize();
+    u64::from_le_bytes(b.as_bytes()[..8].try_into().unwrap_or([1; 8])).max(1)
+}
+
+/// Open read handles of packs, by Store database path, then pack number.
+/// Process-wide because the read path has a SQLite connection, not a Store
+/// (the connection knows its database's path). Bounded: cleared when it
+/// holds more than `OPEN_MAX` packs.
+type Handles = HashMap<String, HashMap<u64, Arc<File>>>;
+static OPEN: OnceLock<Mutex<Handles>> = OnceLock::new();
+const OPEN_MAX: usize = 256;
+
+fn handle(db: &str, pack: u64) -> std::io::Result<Arc<File>> {
+    let open = OPEN.get_or_init(Default::default);
+    if let Some(f) = open
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(db)
+        .and_then(|m| m.get(&pack))
+    {
+        return Ok(f.clone());
+    }
+    let dir = Path::new(db).parent().unwrap_or(Path::new("."));
+    let f = Arc::new(File::open(pack_path(dir, pack))?);
+    let mut map = open.lock().unwrap_or_else(|p| p.into_inner());
+    if map.values().map(HashMap::len).sum::<usize>() >= OPEN_MAX {
+        map.clear();
+    }
+    map.entry(db.to_string())
+        .or_default()
+        .insert(pack, f.clone());
+    Ok(f)
+}
+
+/// Forget the read handle of a pack `gc` removed.
+pub(crate) fn forget(db: &str, pack: u64) {
+    if let Some(m) = OPEN
+        .get()
+        .and_then(|o| o.lock().ok())
+        .as_mut()
+        .and_then(|o| o.get_mut(db))
+    {
+        m.remove(&pack);
+    }
+}
+
+/// Read the stored bytes of object `id` at `loc` in the Store whose
+/// database is `db`.
+pub(crate) fn read(db: &str, id: &ObjectId, loc: Loc) -> Result<Vec<u8>> {
+    let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
+    let max = crate::chunker::CHUNK_MAX as u64 * 2;
+    if loc.len > max || loc.off < MAGIC.len() as u64 {
+        return Err(corrupt(format!(
+            "its pack location ({} bytes at {} in pack {:016x}) is impossible",
+            loc.len, loc.off, loc.pack
+        )));
+    }
+    let f = handle(db, loc.pack).map_err(|e| {
+        corrupt(format!(
+            "its pack file {:016x}.pack cannot be opened ({e})",
+            loc.pack
+        ))
+    })?;
+    let mut buf = vec![0u8; loc.len as usize];
+    f.read_exact_at(&mut buf, loc.off).map_err(|e| {
+        corrupt(format!(
+            "{} bytes at {} of pack {:016x}.pack cannot be read ({e})",
+            loc.len, loc.off, loc.pack
+        ))
+    })?;
+    Ok(buf)
+}
+
+/// The blocks all pack files hold on disk, in bytes.
+pub(crate) fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir.join(PACK_DIR))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.blocks() * 512)
+        .sum()
+}
+
+/// Free the bytes of deleted objects (their rows are already gone).
+pub(crate) fn punch(dir: &Path, dead: &[Loc]) {
+    let mut by_pack: HashMap<u64, Vec<&Loc>> = HashMap::new();
+    for l in dead {
+        by_pack.entry(l.pack).or_default().push(l);
+    }
+    for (pack, locs) in by_pack {
+        let path = pack_path(dir, pack);
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            continue;
+        };
+        for l in locs {
+            // Offsets of distinct objects never overlap, so zeroing the
+            // partial blocks at a range's ends touches only its own bytes.
+            if let Err(e) = rustix::fs::fallocate(
+                &f,
+                FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                l.off,
+                l.len,
+            ) {
+                tracing::debug!("punch a hole in {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// After `gc`: remove packs that no row names and cut the unindexed tail
+/// (a crashed writer's bytes) off the others, skipping any pack a live
+/// writer holds. `ends` is, per pack, the end of its last indexed object.
+/// Returns the bytes of the files removed or cut.
+pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) -> u64 {
+    let packs = dir.join(PACK_DIR);
+    let Ok(entries) = std::fs::read_dir(&packs) else {
+        return 0;
+    };
+    let mut freed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let path = e.path();
+        let Some(pack) = name.to_str().and_then(parse_name) else {
+            // A pack a crashed writer never named: nothing indexes it.
+            if name.to_str().is_some_and(|n| n.ends_with(".pack.tmp")) {
+                if let Ok(f) = File::open(&path) {
+                    if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                }
+            }
+            continue;
+        };
+        let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) else {
+            continue;
+        };
+        if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err() {
+            continue; // a live writer appends to it
+        }
+        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+        match ends.get(&pack) {
+            None => {
+                if std::fs::remove_file(&path).is_ok() {
+                    forget(db, pack);
+                    freed += len;
+                }
+            }
+            Some(&end) if end < len => {
+                if f.set_len(end).is_ok() {
+                    freed += len - end;
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    freed
+}

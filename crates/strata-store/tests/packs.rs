@@ -1,0 +1,331 @@
+//! Pack files (crates/strata-store/src/pack.rs, docs/design.md "Pack
+//! files"): a large file's chunk bytes go to a pack and only their index
+//! to SQLite; they read back byte for byte (in this process and another);
+//! gc frees deleted bytes, removes packs nothing names and cuts a crashed
+//! writer's tail, but never touches a pack a live writer holds; a damaged
+//! or missing pack is a `Corrupt` error naming the object; a version-1
+//! Store is migrated when opened and its old rows still read.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use strata_store::*;
+
+fn packs(store: &Store) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(store.dir().join("packs"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+fn db(store: &Store) -> rusqlite::Connection {
+    rusqlite::Connection::open(store.dir().join("strata.db")).unwrap()
+}
+
+/// (rows with their bytes in a pack, bytes of `data` in packed rows)
+fn packed_rows(store: &Store) -> (i64, i64) {
+    db(store)
+        .query_row(
+            "SELECT count(*), coalesce(sum(length(data)), 0) FROM objects WHERE pack IS NOT NULL",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+/// Write `bytes` to a file under `dir` and store it the way a Workspace's
+/// commit does (`write_file_from_path`: streamed above 4 MiB).
+fn store_file(store: &Store, dir: &Path, name: &str, bytes: &[u8]) -> FileContent {
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    store.write_file_from_path(&p, None).unwrap()
+}
+
+fn commit(store: &Store, branch: &str, files: Vec<(&str, FileContent)>) -> ObjectId {
+    if store.list_projects().unwrap().is_empty() {
+        store.create_project("p", "init").unwrap();
+    }
+    let b = BranchRef::parse(branch).unwrap();
+    let head = match store.branch_head(&b) {
+        Ok(h) => h,
+        Err(_) => {
+            let main = store
+                .branch_head(&BranchRef::parse("p/main").unwrap())
+                .unwrap();
+            store.create_branch(&b, main).unwrap();
+            main
+        }
+    };
+    let t = store
+        .write_tree(files.into_iter().map(|(n, c)| file_entry(n, c)).collect())
+        .unwrap();
+    store
+        .commit_tree(&b, head, t, "files", BTreeMap::new())
+        .unwrap()
+}
+
+fn blocks(p: &Path) -> u64 {
+    std::fs::metadata(p).unwrap().blocks() * 512
+}
+
+#[test]
+fn a_large_files_chunks_go_to_a_pack_and_read_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let bytes = seeded_bytes(11, 9 << 20);
+    let c = store_file(&store, tmp.path(), "big", &bytes);
+    assert_eq!(store.read_file_range(&c, 0, bytes.len()).unwrap(), bytes);
+
+    let (n, data) = packed_rows(&store);
+    assert!(
+        n > 1000,
+        "expected the file's ~2,300 chunks packed, {n} are"
+    );
+    assert_eq!(data, 0, "packed rows keep no bytes in SQLite");
+    let p = packs(&store);
+    assert_eq!(p.len(), 1, "one pack for one handle: {p:?}");
+    assert!(
+        std::fs::metadata(&p[0]).unwrap().len() >= bytes.len() as u64,
+        "the pack holds the file's (random, so uncompressed) bytes"
+    );
+    // stored_bytes counts packed bytes; the database holds none of them.
+    assert!(store.stored_bytes().unwrap() >= bytes.len() as u64);
+    assert!(
+        std::fs::metadata(store.dir().join("strata.db"))
+            .unwrap()
+            .len()
+            < (4 << 20)
+    );
+
+    // The same bytes again are deduplicated: no new pack bytes.
+    let len = std::fs::metadata(&p[0]).unwrap().len();
+    let c2 = store_file(&store, tmp.path(), "again", &bytes);
+    assert_eq!(c2, c);
+    assert_eq!(std::fs::metadata(&p[0]).unwrap().len(), len);
+
+    // A small file's chunks stay in SQLite (no pack sync for small commits).
+    let small = store_file(&store, tmp.path(), "small", &seeded_bytes(3, 200 << 10));
+    assert_eq!(packed_rows(&store).0, n);
+    assert_eq!(
+        store.read_file_range(&small, 0, 200 << 10).unwrap(),
+        seeded_bytes(3, 200 << 10)
+    );
+
+    // Another process (another handle) reads it too, and fsck re-hashes
+    // every packed chunk.
+    commit(&store, "p/main", vec![("big", c.clone())]);
+    let other = Store::open(store.dir(), &StoreOptions::default()).unwrap();
+    assert_eq!(
+        other.read_file_range(&c, 1 << 20, 4096).unwrap(),
+        &bytes[1 << 20..(1 << 20) + 4096]
+    );
+    let r = other.fsck(&NoProgress).unwrap();
+    assert!(r.ok, "{:?}", r.problems);
+}
+
+#[test]
+fn an_edit_of_a_packed_file_reads_back_and_shares_its_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let mut bytes = seeded_bytes(5, 6 << 20);
+    let c = store_file(&store, tmp.path(), "f", &bytes);
+    let before = store.stored_bytes().unwrap();
+    bytes[3 << 20..(3 << 20) + 10].copy_from_slice(b"0123456789");
+    let p = tmp.path().join("f");
+    std::fs::write(&p, &bytes).unwrap();
+    let c2 = store.write_file_from_path(&p, Some(&c)).unwrap();
+    assert_eq!(store.read_file_range(&c2, 0, bytes.len()).unwrap(), bytes);
+    let grew = store.stored_bytes().unwrap() - before;
+    assert!(grew < 256 << 10, "a 10-byte edit stored {grew} bytes");
+}
+
+#[test]
+fn gc_frees_packed_bytes_and_removes_packs_nothing_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir;
+    let keep_bytes = seeded_bytes(21, 5 << 20);
+    let keep;
+    {
+        let store = new_store(tmp.path());
+        dir = store.dir().to_path_buf();
+        keep = store_file(&store, tmp.path(), "keep", &keep_bytes);
+        let gone = store_file(&store, tmp.path(), "gone", &seeded_bytes(22, 8 << 20));
+        commit(&store, "p/main", vec![("keep", keep.clone())]);
+        commit(&store, "p/tmp", vec![("gone", gone)]);
+    }
+    // A new handle: the writer above is gone, so its pack is unlocked.
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let p = packs(&store);
+    assert_eq!(p.len(), 1);
+    let full = blocks(&p[0]);
+    // Both files but their last part (under a MiB: kept in SQLite).
+    assert!(full >= 11 << 20, "{full}");
+    store
+        .delete_branch(&BranchRef::parse("p/tmp").unwrap())
+        .unwrap();
+    let r = store.gc(&NoProgress).unwrap();
+    assert!(r.deleted_bytes >= 8 << 20, "{r:?}");
+    let after = blocks(&p[0]);
+    assert!(
+        after <= full - (7 << 20),
+        "the deleted 8 MiB were punched out: {full} -> {after} bytes on disk"
+    );
+    assert_eq!(
+        store.read_file_range(&keep, 0, keep_bytes.len()).unwrap(),
+        keep_bytes
+    );
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+
+    // Nothing names the pack once `keep` goes too: gc removes the file.
+    store
+        .delete_branch(&BranchRef::parse("p/main").unwrap())
+        .unwrap();
+    store.gc(&NoProgress).unwrap();
+    assert!(packs(&store).is_empty(), "{:?}", packs(&store));
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+}
+
+#[test]
+fn gc_never_touches_a_pack_a_live_writer_holds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let writer = new_store(tmp.path());
+    // Never committed, so unreachable: gc deletes its rows.
+    let _dead = store_file(&writer, tmp.path(), "dead", &seeded_bytes(31, 5 << 20));
+    let pack = packs(&writer);
+    assert_eq!(pack.len(), 1);
+    // Another handle collects while `writer` still holds its pack open.
+    let gc = Store::open(writer.dir(), &StoreOptions::default()).unwrap();
+    gc.gc(&NoProgress).unwrap();
+    assert_eq!(packs(&writer), pack, "the held pack must stay");
+    // The writer appends to it again and what it wrote reads back.
+    let bytes = seeded_bytes(32, 5 << 20);
+    let c = store_file(&writer, tmp.path(), "live", &bytes);
+    commit(&writer, "p/main", vec![("live", c.clone())]);
+    assert_eq!(packs(&writer), pack, "appended to the same pack");
+    assert_eq!(gc.read_file_range(&c, 0, bytes.len()).unwrap(), bytes);
+    assert!(gc.fsck(&NoProgress).unwrap().ok);
+}
+
+#[test]
+fn gc_cuts_the_unindexed_tail_a_crashed_writer_left() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir;
+    let bytes = seeded_bytes(41, 5 << 20);
+    let c;
+    {
+        let store = new_store(tmp.path());
+        dir = store.dir().to_path_buf();
+        c = store_file(&store, tmp.path(), "f", &bytes);
+        commit(&store, "p/main", vec![("f", c.clone())]);
+    }
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let p = packs(&store).remove(0);
+    let len = std::fs::metadata(&p).unwrap().len();
+    // What a writer killed between its append and its commit leaves.
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&p)
+        .unwrap()
+        .write_all(&seeded_bytes(42, 3 << 20))
+        .unwrap();
+    store.gc(&NoProgress).unwrap();
+    assert_eq!(std::fs::metadata(&p).unwrap().len(), len);
+    assert_eq!(store.read_file_range(&c, 0, bytes.len()).unwrap(), bytes);
+}
+
+#[test]
+fn a_missing_or_short_pack_is_a_corrupt_error_naming_the_object() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir;
+    let c;
+    {
+        let store = new_store(tmp.path());
+        dir = store.dir().to_path_buf();
+        c = store_file(&store, tmp.path(), "f", &seeded_bytes(51, 5 << 20));
+        commit(&store, "p/main", vec![("f", c.clone())]);
+    }
+    let p = packs(&Store::open(&dir, &StoreOptions::default()).unwrap()).remove(0);
+    // Cut the pack short: the last chunks' bytes are gone.
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    f.set_len(1 << 20).unwrap();
+    drop(f);
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let err = store
+        .read_file_range(&c, (5 << 20) - 4096, 4096)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(err.to_string().contains("pack"), "{err}");
+    let r = store.fsck(&NoProgress).unwrap();
+    assert!(!r.ok);
+    assert!(
+        r.problems.iter().any(|p| p.contains("cannot be read")),
+        "{:?}",
+        r.problems
+    );
+
+    // The whole file gone: a packed chunk is Corrupt, never a panic. (This
+    // process may still hold the removed file open for reading, which then
+    // reads as short, so either message names the pack.)
+    std::fs::remove_file(&p).unwrap();
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let err = store
+        .read_file_range(&c, (5 << 20) - 4096, 4096)
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot be opened") || msg.contains("cannot be read"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_version_1_store_is_migrated_and_its_rows_still_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir;
+    let small = seeded_bytes(61, 300 << 10);
+    let c;
+    {
+        let store = new_store(tmp.path());
+        dir = store.dir().to_path_buf();
+        c = store.write_file_bytes(&small, None).unwrap();
+        commit(&store, "p/main", vec![("f", c.clone())]);
+    }
+    // Make it what a version-1 build wrote: no pack columns, version 1.
+    {
+        let conn = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
+        conn.execute_batch(
+            "ALTER TABLE objects DROP COLUMN pack_len; ALTER TABLE objects DROP COLUMN pack_off;
+             ALTER TABLE objects DROP COLUMN pack; UPDATE meta SET value = '1' WHERE key = 'version';",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let version: String = db(&store)
+        .query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(version, FORMAT_VERSION.to_string());
+    assert_eq!(store.read_file_range(&c, 0, small.len()).unwrap(), small);
+    // It takes packed chunks from now on.
+    let big = seeded_bytes(62, 5 << 20);
+    let b = store_file(&store, tmp.path(), "big", &big);
+    assert!(packed_rows(&store).0 > 0);
+    assert_eq!(store.read_file_range(&b, 0, big.len()).unwrap(), big);
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+
+    // A Store newer than this build is refused, not misread.
+    db(&store)
+        .execute("UPDATE meta SET value = '99' WHERE key = 'version'", [])
+        .unwrap();
+    let err = Store::open(&dir, &StoreOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerVersion { found: 99, .. }),
+        "{err:?}"
+    );
+}
