@@ -155,3 +155,91 @@ fn a_default_store_does_not_sync_per_commit() {
     );
     strata_torture::check_store(&dir);
 }
+
+const PACKED_CHILD_ENV: &str = "STRATA_TORTURE_PACKED_CHILD";
+
+/// The child of `packed_bytes_are_synced_before_the_rows_that_name_them`:
+/// store 5 MiB of random bytes (so their chunks go to a pack) and commit.
+#[test]
+fn packed_child() {
+    let Ok(dir) = std::env::var(PACKED_CHILD_ENV) else {
+        return;
+    };
+    let s = Store::open(std::path::Path::new(&dir), &StoreOptions::default()).unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let bytes: Vec<u8> = (0..5 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let c = s.write_file_bytes(&bytes, None).unwrap();
+    let t = s
+        .write_tree(vec![TreeEntry {
+            name: b"f".to_vec(),
+            kind: EntryKind::File(c),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime_ns: 0,
+            xattrs: vec![],
+            link_group: 0,
+        }])
+        .unwrap();
+    let b = BranchRef::parse("p/main").unwrap();
+    let head = s.branch_head(&b).unwrap();
+    s.commit_tree(&b, head, t, "m", BTreeMap::new()).unwrap();
+}
+
+/// Pack files (docs/design.md, "Pack files"; docs/reliability.md): every
+/// byte appended to a pack is fdatasync'ed before SQLite writes the WAL
+/// frames of the transaction that indexes it, in the default (not durable)
+/// Store too, so no row that survives a power loss names lost bytes.
+/// SQLite writes a transaction's frames to the WAL at its commit (its page
+/// cache, 64 MiB, holds the few thousand index rows until then).
+#[test]
+fn packed_bytes_are_synced_before_the_rows_that_name_them() {
+    let (_tmp, dir) = store(false);
+    let log = dir.with_extension("packed.strace");
+    let st = Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-qq",
+            "-e",
+            "trace=fdatasync,pwrite64,write",
+            "-o",
+        ])
+        .arg(&log)
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "packed_child", "--nocapture", "--test-threads=1"])
+        .env(PACKED_CHILD_ENV, &dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run strace(1): install it (apt-get install strace; .ci/run does)");
+    assert!(st.success(), "the child under strace failed: {st}");
+    let trace = std::fs::read_to_string(&log).unwrap();
+    let (mut appends, mut syncs, mut unsynced) = (0, 0, false);
+    for l in trace.lines() {
+        if l.contains(".pack>") && l.contains("pwrite64(") {
+            appends += 1;
+            unsynced = true;
+        } else if l.contains(".pack>") && l.contains("fdatasync(") {
+            syncs += 1;
+            unsynced = false;
+        } else if l.contains("strata.db-wal>") && (l.contains("pwrite64(") || l.contains("write("))
+        {
+            assert!(
+                !unsynced,
+                "the WAL was written while pack bytes were not yet synced: {l}\n{trace:.4000}"
+            );
+        }
+    }
+    assert!(
+        appends >= 1 && syncs >= 1,
+        "expected the 5 MiB file's chunks in a pack ({appends} pack writes, {syncs} pack syncs)"
+    );
+    strata_torture::check_store(&dir);
+}
