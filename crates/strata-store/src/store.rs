@@ -412,6 +412,14 @@ pub(crate) fn access_warnings(dir: &Path) -> Vec<String> {
             dir.display()
         ));
     }
+    let packs = dir.join(crate::pack::PACK_DIR);
+    if let Some(m) = mode(&packs).filter(|m| m & 0o077 != 0) {
+        out.push(format!(
+            "{} has mode {m:04o}: other users on this host can reach the chunk bytes in it. Run `chmod 700 {}`",
+            packs.display(),
+            packs.display()
+        ));
+    }
     for f in [DB_FILE, "strata.db-wal", "strata.db-shm", LOCK_FILE] {
         let p = dir.join(f);
         if let Some(m) = mode(&p).filter(|m| m & 0o077 != 0) {

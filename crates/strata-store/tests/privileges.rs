@@ -194,6 +194,19 @@ fn a_new_store_is_private_whatever_the_umask() {
     for f in ["strata.db", "strata.db-wal", "strata.db-shm", "lock"] {
         assert_eq!(mode(&dir.join(f)), 0o600, "{f}");
     }
+    // A large write makes the pack directory and a pack (docs/design.md,
+    // "Pack files"): private too, under umask 0.
+    let old = rustix::process::umask(rustix::fs::Mode::empty());
+    let written = store.write_file_bytes(&seeded_bytes(9, 2 << 20), None);
+    rustix::process::umask(old);
+    written.unwrap();
+    assert_eq!(mode(&dir.join("packs")), 0o700, "the pack directory");
+    let packs: Vec<_> = std::fs::read_dir(dir.join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(packs.len(), 1, "{packs:?}");
+    assert_eq!(mode(&packs[0]), 0o600, "{}", packs[0].display());
     let report = store.fsck(&NoProgress).unwrap();
     assert!(report.ok && report.warnings.is_empty(), "{report:?}");
 }
