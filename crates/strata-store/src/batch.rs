@@ -281,8 +281,9 @@ fn packable(p: &Prepared) -> bool {
 }
 
 /// Append the new packable objects of `part` (sorted, deduplicated) to the
-/// pack in one write and index them; insert the rest as rows. Returns the
-/// part's bytes.
+/// pack, in writes of about [`PART_BYTES`] (so a 32 MiB batch is not
+/// copied whole, and each write starts its writeback), and index them;
+/// insert the rest as rows. Returns the part's bytes.
 fn pack_part(
     tx: &rusqlite::Transaction<'_>,
     w: &mut PackWriter,
@@ -291,7 +292,7 @@ fn pack_part(
     counts: &mut Counts,
 ) -> Result<usize> {
     let mut bytes = 0;
-    let mut fresh = Vec::new();
+    let mut pending: Vec<(&Prepared, u64)> = Vec::new();
     scratch.clear();
     for p in part {
         bytes += p.data.len();
@@ -300,16 +301,38 @@ fn pack_part(
                 counts.0 += 1;
                 counts.1 += p.data.len() as u64;
             }
-        } else if !exists(tx, &p.id)? {
-            fresh.push((p, scratch.len() as u64));
-            scratch.extend_from_slice(&p.data);
+            continue;
+        }
+        if exists(tx, &p.id)? {
+            continue;
+        }
+        pending.push((p, scratch.len() as u64));
+        scratch.extend_from_slice(&p.data);
+        if scratch.len() >= PART_BYTES {
+            append_and_index(tx, w, &mut pending, scratch, counts)?;
         }
     }
-    if fresh.is_empty() {
-        return Ok(bytes);
+    append_and_index(tx, w, &mut pending, scratch, counts)?;
+    if scratch.capacity() > 2 * PART_BYTES {
+        *scratch = Vec::new();
+    }
+    Ok(bytes)
+}
+
+/// Write `scratch` (the bytes of `pending`, at their recorded offsets in
+/// it) to the pack and insert the index rows; empties both.
+fn append_and_index(
+    tx: &rusqlite::Transaction<'_>,
+    w: &mut PackWriter,
+    pending: &mut Vec<(&Prepared, u64)>,
+    scratch: &mut Vec<u8>,
+    counts: &mut Counts,
+) -> Result<()> {
+    if pending.is_empty() {
+        return Ok(());
     }
     let base = w.append(scratch)?;
-    for (p, at) in fresh {
+    for (p, at) in pending.drain(..) {
         let loc = pack::Loc {
             pack: w.pack,
             off: base + at,
@@ -320,8 +343,6 @@ fn pack_part(
             counts.1 += p.data.len() as u64;
         }
     }
-    if scratch.capacity() > 2 * PART_BYTES {
-        *scratch = Vec::new();
-    }
-    Ok(bytes)
+    scratch.clear();
+    Ok(())
 }
