@@ -205,7 +205,6 @@ fn insert_batch(store: &Store, batch: Vec<Prepared>) -> Result<Counts> {
 fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Result<Counts> {
     let mut parts = parts.peekable();
     let mut counts = (0, 0);
-    let mut scratch = Vec::new();
     while parts.peek().is_some() {
         let mut conn = store.writer();
         let tx = conn
@@ -218,11 +217,6 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
             let mut bytes = 0;
             while bytes < BATCH_BYTES {
                 let Some(mut part) = parts.next() else { break };
-                // In id order, each insert into the id index lands next to
-                // the last one (ids are hashes: in arrival order every
-                // insert searched and dirtied a random index page).
-                part.sort_unstable_by_key(|p| p.id);
-                part.dedup_by_key(|p| p.id);
                 let chunk_bytes: usize = part
                     .iter()
                     .filter(|p| packable(p))
@@ -236,9 +230,13 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
                     }
                     let (w, _) = packed.as_mut().expect("set above");
                     let w = w.as_mut().expect("pack_writer makes one");
-                    bytes += pack_part(&tx, w, &part, &mut scratch, &mut counts)?;
+                    bytes += pack_part(&tx, w, part, &mut counts)?;
                     continue;
                 }
+                // In id order, each insert into the id index lands next to
+                // the last one (ids are hashes: in arrival order every
+                // insert searched and dirtied a random index page).
+                part.sort_unstable_by_key(|p| p.id);
                 for p in &part {
                     bytes += p.data.len();
                     if insert(&tx, p)? {
@@ -249,8 +247,8 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
             }
             // Bytes before rows: no committed row may name bytes a power
             // loss could take (pack.rs).
-            if let Some((w, _)) = &packed {
-                w.as_ref().expect("pack_writer makes one").sync()?;
+            if let Some((w, _)) = &mut packed {
+                w.as_mut().expect("pack_writer makes one").sync()?;
             }
             Ok(bytes)
         })()
@@ -280,69 +278,51 @@ fn packable(p: &Prepared) -> bool {
     p.kind == Kind::Chunk && p.base.is_none()
 }
 
-/// Append the new packable objects of `part` (sorted, deduplicated) to the
-/// pack, in writes of about [`PART_BYTES`] (so a 32 MiB batch is not
-/// copied whole, and each write starts its writeback), and index them;
-/// insert the rest as rows. Returns the part's bytes.
+/// Stage the new packable objects of `part` in the pack in arrival order
+/// (a file's chunks in file order, so reading it back reads the pack
+/// forward), writing every [`pack::WRITE_BYTES`]; then index them and
+/// insert the rest as rows, each in id order. Returns the part's bytes.
 fn pack_part(
     tx: &rusqlite::Transaction<'_>,
     w: &mut PackWriter,
-    part: &[Prepared],
-    scratch: &mut Vec<u8>,
+    mut part: Vec<Prepared>,
     counts: &mut Counts,
 ) -> Result<usize> {
-    let mut bytes = 0;
-    let mut pending: Vec<(&Prepared, u64)> = Vec::new();
-    scratch.clear();
-    for p in part {
-        bytes += p.data.len();
-        if !packable(p) {
-            if insert(tx, p)? {
-                counts.0 += 1;
-                counts.1 += p.data.len() as u64;
-            }
+    let bytes = part.iter().map(|p| p.data.len()).sum();
+    let mut seen = std::collections::HashSet::new();
+    let mut locs: Vec<(usize, pack::Loc)> = Vec::new();
+    for (i, p) in part.iter().enumerate() {
+        if !packable(p) || !seen.insert(p.id) || exists(tx, &p.id)? {
             continue;
         }
-        if exists(tx, &p.id)? {
-            continue;
+        let off = w.stage(&p.data)?;
+        locs.push((
+            i,
+            pack::Loc {
+                pack: w.pack,
+                off,
+                len: p.data.len() as u64,
+            },
+        ));
+        if w.staged() >= pack::WRITE_BYTES {
+            w.write_staged()?;
         }
-        pending.push((p, scratch.len() as u64));
-        scratch.extend_from_slice(&p.data);
-        if scratch.len() >= PART_BYTES {
-            append_and_index(tx, w, &mut pending, scratch, counts)?;
-        }
     }
-    append_and_index(tx, w, &mut pending, scratch, counts)?;
-    if scratch.capacity() > 2 * PART_BYTES {
-        *scratch = Vec::new();
-    }
-    Ok(bytes)
-}
-
-/// Write `scratch` (the bytes of `pending`, at their recorded offsets in
-/// it) to the pack and insert the index rows; empties both.
-fn append_and_index(
-    tx: &rusqlite::Transaction<'_>,
-    w: &mut PackWriter,
-    pending: &mut Vec<(&Prepared, u64)>,
-    scratch: &mut Vec<u8>,
-    counts: &mut Counts,
-) -> Result<()> {
-    if pending.is_empty() {
-        return Ok(());
-    }
-    let base = w.append(scratch)?;
-    for (p, at) in pending.drain(..) {
-        let loc = pack::Loc {
-            pack: w.pack,
-            off: base + at,
-            len: p.data.len() as u64,
-        };
-        if insert_packed(tx, p, loc)? {
+    locs.sort_unstable_by_key(|(i, _)| part[*i].id);
+    for (i, loc) in &locs {
+        let p = &part[*i];
+        if insert_packed(tx, p, *loc)? {
             counts.0 += 1;
             counts.1 += p.data.len() as u64;
         }
     }
-    scratch.clear();
-    Ok(())
+    part.retain(|p| !packable(p));
+    part.sort_unstable_by_key(|p| p.id);
+    for p in &part {
+        if insert(tx, p)? {
+            counts.0 += 1;
+            counts.1 += p.data.len() as u64;
+        }
+    }
+    Ok(bytes)
 }

@@ -39,12 +39,20 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The directory of pack files inside a Store.
 pub(crate) const PACK_DIR: &str = "packs";
 
-/// Every pack starts with these 16 bytes, so offset 0 is never a chunk and
-/// a stray file is recognisable.
+/// Every pack starts with these bytes (then zeros to [`ALIGN`]), so offset
+/// 0 is never a chunk and a stray file is recognisable.
 const MAGIC: &[u8; 16] = b"strata-pack v1\n\0";
+
+/// Appends are written with O_DIRECT, so their offsets, lengths and buffer
+/// addresses are multiples of this (the largest logical block size of the
+/// disks here; ext4's direct I/O needs the device's).
+const ALIGN: usize = 4096;
 
 /// A pack is closed for appends beyond this size and a new one started.
 const PACK_MAX: u64 = 1 << 30;
+
+/// Staged bytes are written once there are this many.
+pub(crate) const WRITE_BYTES: usize = 2 << 20;
 
 /// A part of a batch goes to the pack only with at least this many bytes of
 /// new chunks: the pack's `fdatasync` before the commit costs a journal
@@ -72,11 +80,27 @@ pub(crate) fn parse_name(name: &str) -> Option<u64> {
 }
 
 /// The pack one Store handle appends to.
+///
+/// Chunks are staged in a buffer whose start is [`ALIGN`]-aligned and
+/// written with O_DIRECT when [`WRITE_BYTES`] are staged (and before the
+/// transaction that indexes them commits), each write padded with zeros to
+/// a multiple of [`ALIGN`]. Why not the page cache: on these machines a
+/// buffered append of 2 MiB took 0.4 ms or 10-27 ms depending on whether
+/// the kernel handed it page-cache pages the host had to fault in again
+/// (the VM reports free memory to its host), so 32 MiB took 33-290 ms;
+/// with O_DIRECT the same appends took 17-23 ms every time, as DMA from
+/// one reused buffer that costs no CPU (docs/benchmarks.md, "Pack files").
+/// Where the filesystem refuses O_DIRECT (`EINVAL` on open), appends are
+/// buffered, with writeback started at once (`fadvise(DONTNEED)`).
 pub(crate) struct PackWriter {
     pub pack: u64,
     file: File,
-    /// Where the next append goes (the file's length).
+    direct: bool,
+    /// Where the next write goes: the file's length, a multiple of ALIGN.
     end: u64,
+    /// Staged bytes start at `buf[lead..]`, `lead` making them aligned.
+    buf: Vec<u8>,
+    lead: usize,
     path: PathBuf,
 }
 
@@ -85,6 +109,11 @@ fn io_err(action: &'static str, path: &Path, e: std::io::Error) -> StoreError {
         return StoreError::DiskFull { action };
     }
     StoreError::io(action, path, e)
+}
+
+/// `n` rounded up to a multiple of ALIGN.
+fn aligned(n: usize) -> usize {
+    n.div_ceil(ALIGN) * ALIGN
 }
 
 impl PackWriter {
@@ -101,38 +130,53 @@ impl PackWriter {
             let pack = fresh_number();
             let path = pack_path(dir, pack);
             let tmp = path.with_extension("pack.tmp");
-            let file = match std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)
-            {
-                Ok(f) => f,
+            let open = |flags: i32| {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(flags)
+                    .open(&tmp)
+            };
+            let (file, direct) = match open(rustix::fs::OFlags::DIRECT.bits() as i32) {
+                Ok(f) => (f, true),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                    // No O_DIRECT here; open() failed before creating it.
+                    match open(0) {
+                        Ok(f) => (f, false),
+                        Err(e) => return Err(io_err("create a pack file", &tmp, e)),
+                    }
+                }
                 Err(e) => return Err(io_err("create a pack file", &tmp, e)),
             };
             rustix::fs::flock(&file, FlockOperation::LockShared)
                 .map_err(|e| io_err("lock a pack file", &tmp, e.into()))?;
-            file.write_all_at(MAGIC, 0)
-                .map_err(|e| io_err("write a pack file", &tmp, e))?;
             if path.exists() {
                 let _ = std::fs::remove_file(&tmp);
                 continue;
             }
+            let mut w = PackWriter {
+                pack,
+                file,
+                direct,
+                end: 0,
+                buf: Vec::new(),
+                lead: 0,
+                path: tmp.clone(),
+            };
+            w.stage(MAGIC)?;
+            w.write_staged()?;
             std::fs::rename(&tmp, &path).map_err(|e| io_err("name a pack file", &path, e))?;
+            w.path = path;
             // The new name must survive a power loss before any row can
             // name the pack: fsync the directory (fsync(2): syncing a file
             // does not sync its directory entry).
             File::open(&packs)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| io_err("sync the pack directory", &packs, e))?;
-            return Ok(PackWriter {
-                pack,
-                file,
-                end: MAGIC.len() as u64,
-                path,
-            });
+            return Ok(w);
         }
         Err(StoreError::Invalid(format!(
             "could not find a free pack file name in {}",
@@ -140,7 +184,7 @@ impl PackWriter {
         )))
     }
 
-    /// Where the next append goes.
+    /// Where the next write goes.
     pub(crate) fn end(&self) -> u64 {
         self.end
     }
@@ -149,35 +193,80 @@ impl PackWriter {
         self.end >= PACK_MAX
     }
 
-    /// Append `bytes`; returns their offset. Writeback of them starts at
-    /// once (`fadvise(DONTNEED)` on a dirty range starts its writeback,
-    /// mm/fadvise.c): measured here, 32 MiB appended in 2 MiB writes took
-    /// 156-294 ms when left to the kernel's flusher and 7.5-8 ms this way,
-    /// with the `fdatasync` before the commit then finding nothing left to
-    /// write (docs/benchmarks.md, "Pack files").
-    pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<u64> {
-        let off = self.end;
-        self.file
-            .write_all_at(bytes, off)
-            .map_err(|e| io_err("append to a pack file", &self.path, e))?;
-        self.end += bytes.len() as u64;
-        if let Some(n) = std::num::NonZeroU64::new(bytes.len() as u64) {
-            // Only advice: failing to start writeback early costs time, not
-            // correctness (the fdatasync before the commit writes it all).
-            let _ = rustix::fs::fadvise(&self.file, off, Some(n), rustix::fs::Advice::DontNeed);
+    /// Bytes staged and not yet written.
+    pub(crate) fn staged(&self) -> usize {
+        self.buf.len().saturating_sub(self.lead)
+    }
+
+    /// Stage `bytes` for the next write (writing what is staged first if
+    /// they would not fit); returns the offset they will have in the pack.
+    pub(crate) fn stage(&mut self, bytes: &[u8]) -> Result<u64> {
+        if !self.has_room(bytes.len()) {
+            self.write_staged()?;
         }
+        if self.buf.capacity() == 0 {
+            // Room for a write's worth, a chunk over it, the padding and
+            // the alignment lead; never reallocated after (the lead is
+            // computed on this allocation).
+            let cap = WRITE_BYTES + 4 * crate::chunker::CHUNK_MAX + 3 * ALIGN;
+            self.buf = Vec::with_capacity(cap);
+            self.lead = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
+            self.buf.resize(self.lead, 0);
+        }
+        let off = self.end + self.staged() as u64;
+        self.buf.extend_from_slice(bytes);
         Ok(off)
     }
 
-    /// Make every appended byte durable: called before the transaction that
-    /// indexes them commits.
-    pub(crate) fn sync(&self) -> Result<()> {
+    /// Whether the staging buffer can take `n` more bytes and its padding
+    /// without growing (growing would move it off its alignment).
+    fn has_room(&self, n: usize) -> bool {
+        self.buf.capacity() == 0 || self.buf.len() + n + ALIGN <= self.buf.capacity()
+    }
+
+    /// Write the staged bytes, padded with zeros to a multiple of ALIGN.
+    pub(crate) fn write_staged(&mut self) -> Result<()> {
+        let n = self.staged();
+        if n == 0 {
+            return Ok(());
+        }
+        let len = aligned(n);
+        self.buf.resize(self.lead + len, 0);
+        let data = &self.buf[self.lead..];
+        self.file
+            .write_all_at(data, self.end)
+            .map_err(|e| io_err("append to a pack file", &self.path, e))?;
+        if !self.direct {
+            if let Some(n) = std::num::NonZeroU64::new(len as u64) {
+                // Only advice: failing to start writeback early costs
+                // time, not correctness (the fdatasync writes it all).
+                let _ = rustix::fs::fadvise(
+                    &self.file,
+                    self.end,
+                    Some(n),
+                    rustix::fs::Advice::DontNeed,
+                );
+            }
+        }
+        self.end += len as u64;
+        self.buf.truncate(self.lead);
+        Ok(())
+    }
+
+    /// Write what is staged and make every appended byte durable: called
+    /// before the transaction that indexes them commits. With O_DIRECT the
+    /// bytes are on the device already; the sync commits the file's new
+    /// size and blocks (fdatasync(2)).
+    pub(crate) fn sync(&mut self) -> Result<()> {
+        self.write_staged()?;
         rustix::fs::fdatasync(&self.file)
             .map_err(|e| io_err("sync a pack file", &self.path, e.into()))
     }
 
-    /// Take back everything appended since `end` (a failed transaction).
+    /// Take back everything appended since `end` (a failed transaction),
+    /// staged bytes included.
     pub(crate) fn truncate_to(&mut self, end: u64) {
+        self.buf.truncate(self.lead);
         if self.file.set_len(end).is_ok() {
             self.end = end;
         } else {
@@ -253,7 +342,7 @@ pub(crate) fn forget(db: &str, pack: u64) {
 pub(crate) fn read(db: &str, id: &ObjectId, loc: Loc) -> Result<Vec<u8>> {
     let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
     let max = crate::chunker::CHUNK_MAX as u64 * 2;
-    if loc.len > max || loc.off < MAGIC.len() as u64 {
+    if loc.len > max || loc.off < ALIGN as u64 {
         return Err(corrupt(format!(
             "its pack location ({} bytes at {} in pack {:016x}) is impossible",
             loc.len, loc.off, loc.pack
@@ -351,7 +440,10 @@ pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) -> u64 {
                     freed += len;
                 }
             }
-            Some(&end) if end < len => {
+            // Writes are padded to ALIGN: the padding after the last
+            // object is not a tail to cut.
+            Some(&end) if (aligned(end as usize) as u64) < len => {
+                let end = aligned(end as usize) as u64;
                 if f.set_len(end).is_ok() {
                     freed += len - end;
                 }

@@ -329,3 +329,41 @@ fn a_version_1_store_is_migrated_and_its_rows_still_read() {
         "{err:?}"
     );
 }
+
+/// On ext4 a pack is appended with O_DIRECT (pack.rs says why): the
+/// writer's descriptor has the flag, and the file's length stays a multiple
+/// of 4 KiB (every write padded).
+#[test]
+fn on_ext4_packs_are_written_with_o_direct() {
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let st = rustix::fs::statfs(tmp.path()).unwrap();
+    assert_eq!(
+        st.f_type as u64,
+        0xEF53,
+        "this test needs its scratch directory ({}) on ext4, as CI's target directory is",
+        tmp.path().display()
+    );
+    let store = new_store(tmp.path());
+    store_file(&store, tmp.path(), "f", &seeded_bytes(71, 3 << 20));
+    let pack = packs(&store).remove(0);
+    let len = std::fs::metadata(&pack).unwrap().len();
+    assert_eq!(len % 4096, 0, "{len}");
+    let mut found = false;
+    for e in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        if std::fs::read_link(e.path()).ok().as_deref() == Some(pack.as_path()) {
+            let info = std::fs::read_to_string(format!(
+                "/proc/self/fdinfo/{}",
+                e.file_name().to_string_lossy()
+            ))
+            .unwrap();
+            let flags = info
+                .lines()
+                .find_map(|l| l.strip_prefix("flags:"))
+                .map(|f| u32::from_str_radix(f.trim(), 8).unwrap())
+                .unwrap();
+            // O_DIRECT is 040000 on x86_64 and aarch64.
+            found |= flags & 0o40000 != 0;
+        }
+    }
+    assert!(found, "no descriptor of {} has O_DIRECT", pack.display());
+}
