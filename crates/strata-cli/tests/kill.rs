@@ -9,15 +9,21 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Total bytes of the files in the Store directory (database, WAL, ...).
+/// Total bytes of the files in the Store directory (database, WAL, ...)
+/// and its `packs/` directory, where large files' chunk bytes go
+/// (docs/design.md, "Pack files").
 fn store_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok()?.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
+    let files = |d: &Path| -> u64 {
+        std::fs::read_dir(d)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.metadata().ok())
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    files(dir) + files(&dir.join("packs"))
 }
 
 /// A tree big enough that its import takes a while even in a release

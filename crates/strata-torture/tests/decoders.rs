@@ -54,14 +54,22 @@ fn template() -> &'static Path {
     .1
 }
 
-/// A fresh copy of the template Store.
+/// A fresh copy of the template Store, its `packs/` directory included
+/// (the 3 MiB file's chunks are packed: docs/design.md, "Pack files").
 fn copy_store(to: &Path) -> PathBuf {
-    let dir = to.join("store");
-    std::fs::create_dir_all(&dir).unwrap();
-    for e in std::fs::read_dir(template()).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &to.join(e.file_name()));
+            } else {
+                std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+            }
+        }
     }
+    let dir = to.join("store");
+    copy_dir(&template(), &dir);
     dir
 }
 
@@ -83,6 +91,11 @@ enum Damage {
     /// A delta whose base is its own id (`enc = 2, base = id, depth = 1`):
     /// readers used to recurse on it until the stack overflowed.
     SelfDelta,
+    /// The pack columns of a row (packed or not): another pack number, an
+    /// offset or a length anywhere in i64, NULL.
+    Pack(Option<i64>),
+    PackOff(Option<i64>),
+    PackLen(Option<i64>),
 }
 
 fn damage() -> impl Strategy<Value = Damage> {
@@ -113,6 +126,23 @@ fn damage() -> impl Strategy<Value = Damage> {
         proptest::option::of(proptest::collection::vec(any::<u8>(), 0..40)).prop_map(Damage::Base),
         any::<usize>().prop_map(Damage::Swap),
         Just(Damage::SelfDelta),
+        proptest::option::of(any::<i64>()).prop_map(Damage::Pack),
+        proptest::option::of(prop_oneof![
+            Just(-1i64),
+            Just(0),
+            Just(4096),
+            Just(i64::MAX),
+            any::<i64>()
+        ])
+        .prop_map(Damage::PackOff),
+        proptest::option::of(prop_oneof![
+            Just(-1i64),
+            Just(0),
+            Just(1),
+            Just(1 << 40),
+            0i64..100_000
+        ])
+        .prop_map(Damage::PackLen),
     ]
 }
 
@@ -159,6 +189,9 @@ fn apply(db: &Path, which: usize, d: &Damage) {
         Damage::RawLen(n) => set("raw_len", V::Integer(*n)),
         Damage::Kind(k) => set("kind", V::Integer(*k)),
         Damage::Base(b) => set("base", b.clone().map_or(V::Null, V::Blob)),
+        Damage::Pack(v) => set("pack", v.map_or(V::Null, V::Integer)),
+        Damage::PackOff(v) => set("pack_off", v.map_or(V::Null, V::Integer)),
+        Damage::PackLen(v) => set("pack_len", v.map_or(V::Null, V::Integer)),
         Damage::SelfDelta => {
             c.execute(
                 "UPDATE objects SET enc = 2, base = id, depth = 1 WHERE rowid = ?1",
@@ -241,6 +274,9 @@ fn corpus() -> Vec<(String, usize, Damage)> {
             "truncate" => Damage::Truncate(n(2) as usize),
             "swap" => Damage::Swap(n(2) as usize),
             "selfdelta" => Damage::SelfDelta,
+            "pack" => Damage::Pack(f[2].parse().ok()),
+            "pack_off" => Damage::PackOff(f[2].parse().ok()),
+            "pack_len" => Damage::PackLen(f[2].parse().ok()),
             "data" => Damage::Data(hex(f.get(2).copied().unwrap_or(""))),
             other => panic!("{}: unknown damage {other}", p.display()),
         };
@@ -290,6 +326,44 @@ fn absurd_lengths_on_every_row_are_errors() {
         drop(c);
         let ok = read_everything(&dir, tmp.path());
         eprintln!("raw_len {len} on every row: {ok} reads succeeded");
+    }
+}
+
+/// Absurd pack locations on every packed row at once (the template's
+/// 3 MiB file is packed: docs/design.md, "Pack files"): an offset past the
+/// end or negative, a length that would size a huge buffer, a pack that
+/// does not exist. Each read is an error, never a panic or an abort.
+#[test]
+fn absurd_pack_locations_on_every_packed_row_are_errors() {
+    for (col, v) in [
+        ("pack_len", i64::MAX),
+        ("pack_len", -1),
+        ("pack_len", 1 << 40),
+        ("pack_off", -1),
+        ("pack_off", i64::MAX),
+        ("pack_off", 1 << 40),
+        ("pack", 0x1234_5678),
+        ("pack", -1),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = copy_store(tmp.path());
+        let c = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
+        let n = c
+            .execute(
+                &format!("UPDATE objects SET {col} = ?1 WHERE pack IS NOT NULL"),
+                [v],
+            )
+            .unwrap();
+        assert!(
+            n > 100,
+            "the template should have its 3 MiB file packed, {n} rows are"
+        );
+        drop(c);
+        let ok = read_everything(&dir, tmp.path());
+        let s = Store::open(&dir, &StoreOptions::default()).unwrap();
+        let f = s.fsck(&NoProgress).unwrap();
+        assert!(!f.ok, "fsck passed with {col} = {v} on every packed row");
+        eprintln!("{col} {v} on every packed row: {ok} reads succeeded");
     }
 }
 
