@@ -69,7 +69,7 @@ fn copy_store(to: &Path) -> PathBuf {
         }
     }
     let dir = to.join("store");
-    copy_dir(&template(), &dir);
+    copy_dir(template(), &dir);
     dir
 }
 
