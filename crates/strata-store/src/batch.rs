@@ -3,7 +3,8 @@
 
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::Kind;
-use crate::objects::{exists, insert, insert_packed, Prepared};
+use crate::id::ObjectId;
+use crate::objects::{insert, insert_packed, present, Prepared};
 use crate::pack::{self, PackWriter};
 use crate::store::Store;
 use std::sync::mpsc::{sync_channel, SyncSender};
@@ -289,10 +290,16 @@ fn pack_part(
     counts: &mut Counts,
 ) -> Result<usize> {
     let bytes = part.iter().map(|p| p.data.len()).sum();
-    let mut seen = std::collections::HashSet::new();
+    let mut ids: Vec<ObjectId> = part.iter().filter(|p| packable(p)).map(|p| p.id).collect();
+    // Looked up in id order: neighbouring keys, pages already cached.
+    ids.sort_unstable();
+    ids.dedup();
+    let mut stored = present(tx, &ids)?;
     let mut locs: Vec<(usize, pack::Loc)> = Vec::new();
     for (i, p) in part.iter().enumerate() {
-        if !packable(p) || !seen.insert(p.id) || exists(tx, &p.id)? {
+        // `stored` also takes each id once staged: a chunk repeated in the
+        // part is staged once.
+        if !packable(p) || !stored.insert(p.id) {
             continue;
         }
         let off = w.stage(&p.data)?;

@@ -367,3 +367,48 @@ fn on_ext4_packs_are_written_with_o_direct() {
     }
     assert!(found, "no descriptor of {} has O_DIRECT", pack.display());
 }
+
+/// A chunk repeated within one part (an import of four copies of one file
+/// in one batch) is packed once, and a part whose chunks are partly stored
+/// already packs only the new ones: the pack grows by the distinct new
+/// bytes.
+#[test]
+fn repeated_and_already_stored_chunks_are_packed_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).unwrap();
+    let unit = seeded_bytes(81, 2 << 20);
+    for i in 0..4 {
+        std::fs::write(src.join(format!("copy{i}")), &unit).unwrap();
+    }
+    store
+        .create_project_from("p", &src, "copies", &NoProgress)
+        .unwrap();
+    let pack = packs(&store).remove(0);
+    let len = std::fs::metadata(&pack).unwrap().len();
+    assert!(
+        len < (2 << 20) + (64 << 10),
+        "four copies of 2 MiB packed {len} bytes, not about one copy"
+    );
+    // Half the chunks stored already: only the other half is appended.
+    let fresh = seeded_bytes(82, 3 << 20);
+    let mut mixed = seeded_bytes(83, 3 << 20);
+    store_file(&store, tmp.path(), "half", &mixed);
+    let before = std::fs::metadata(&pack).unwrap().len();
+    mixed.extend_from_slice(&fresh);
+    let m = store_file(&store, tmp.path(), "mixed", &mixed);
+    let grew = std::fs::metadata(&pack).unwrap().len() - before;
+    assert!(
+        grew < (3 << 20) + (256 << 10),
+        "appending 3 MiB of new bytes to a stored 3 MiB grew the pack by {grew}"
+    );
+    assert_eq!(store.read_file_range(&m, 0, mixed.len()).unwrap(), mixed);
+    let head = store.resolve("p/main").unwrap().commit;
+    let e = store.read_path(head, b"copy3").unwrap().unwrap();
+    let EntryKind::File(c) = e.kind else {
+        panic!("not a file")
+    };
+    assert_eq!(store.read_file_range(&c, 0, unit.len()).unwrap(), unit);
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+}
