@@ -233,9 +233,25 @@ impl PackWriter {
         let len = aligned(n);
         self.buf.resize(self.lead + len, 0);
         let data = &self.buf[self.lead..];
-        self.file
-            .write_all_at(data, self.end)
-            .map_err(|e| io_err("append to a pack file", &self.path, e))?;
+        let mut wrote = self.file.write_all_at(data, self.end);
+        if self.direct
+            && matches!(&wrote, Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()))
+        {
+            // A filesystem that took O_DIRECT at open but refuses this
+            // write (an alignment it needs beyond ALIGN, a stacked
+            // filesystem): append buffered from now on (open(2), EINVAL).
+            let flags = rustix::fs::fcntl_getfl(&self.file)
+                .map_err(|e| io_err("read a pack file's flags", &self.path, e.into()))?;
+            rustix::fs::fcntl_setfl(&self.file, flags - rustix::fs::OFlags::DIRECT)
+                .map_err(|e| io_err("clear O_DIRECT on a pack file", &self.path, e.into()))?;
+            self.direct = false;
+            tracing::debug!(
+                "{}: O_DIRECT refused, appending buffered",
+                self.path.display()
+            );
+            wrote = self.file.write_all_at(data, self.end);
+        }
+        wrote.map_err(|e| io_err("append to a pack file", &self.path, e))?;
         if !self.direct {
             if let Some(n) = std::num::NonZeroU64::new(len as u64) {
                 // Only advice: failing to start writeback early costs
