@@ -166,7 +166,16 @@ fn pid1_is_moved_in_and_the_monitor_stays_out() {
         .unwrap_or_else(|| panic!("no child of the monitor {monitor} among {members:?}"));
     let command = *members.iter().find(|&&p| p != pid1).unwrap();
     assert_eq!(ppid(command), pid1, "the command is PID 1's child");
-    let comm = std::fs::read_to_string(format!("/proc/{command}/comm")).unwrap();
+    // PID 1 forks the command and the child then execs sleep: until the
+    // exec its name is still the sandbox binary's (found racing in a full
+    // run), so wait for the name rather than read it once.
+    let comm = loop {
+        let comm = std::fs::read_to_string(format!("/proc/{command}/comm")).unwrap();
+        if comm.trim() == "sleep" || std::time::Instant::now() > deadline {
+            break comm;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
     assert_eq!(comm.trim(), "sleep");
     let own = std::fs::read_to_string(format!("/proc/{monitor}/cgroup")).unwrap();
     assert!(
