@@ -33,25 +33,11 @@ fn durable_child() {
         return;
     };
     let s = Store::open(std::path::Path::new(&dir), &StoreOptions::default()).unwrap();
-    let b = BranchRef::parse("p/main").unwrap();
     for i in 0..COMMITS {
         let c = s
             .write_file_bytes(format!("commit {i}").as_bytes(), None)
             .unwrap();
-        let t = s
-            .write_tree(vec![TreeEntry {
-                name: b"f".to_vec(),
-                kind: EntryKind::File(c),
-                mode: 0o644,
-                uid: 0,
-                gid: 0,
-                mtime_ns: 0,
-                xattrs: vec![],
-                link_group: 0,
-            }])
-            .unwrap();
-        let head = s.branch_head(&b).unwrap();
-        s.commit_tree(&b, head, t, "m", BTreeMap::new()).unwrap();
+        commit_file(&s, c);
         // One write(2) per ack, after commit_tree returned.
         use std::io::Write;
         let mut out = std::io::stdout().lock();
@@ -175,7 +161,11 @@ fn packed_child() {
             x as u8
         })
         .collect();
-    let c = s.write_file_bytes(&bytes, None).unwrap();
+    commit_file(&s, s.write_file_bytes(&bytes, None).unwrap());
+}
+
+/// Commit a tree of one file `f` with content `c` on p/main.
+fn commit_file(s: &Store, c: strata_store::FileContent) {
     let t = s
         .write_tree(vec![TreeEntry {
             name: b"f".to_vec(),
