@@ -377,6 +377,20 @@ pub(crate) fn read(db: &str, id: &ObjectId, loc: Loc) -> Result<Vec<u8>> {
             loc.len, loc.off, loc.pack
         ))
     })?;
+    // No stored chunk of 64 bytes or more is all zeros: a zstd frame
+    // starts with its magic number, and a chunk is stored raw only when it
+    // passed the randomness test or zstd could not shrink it, which for
+    // zeros happens only below ~16 bytes (the frame's header and one RLE
+    // block; tests/packs.rs stores 1 to 47 zero bytes). All zeros is then
+    // a hole gc punched (a reader that found the row just before gc
+    // deleted it) or damage; either way the bytes are not the object's,
+    // so say so instead of returning them.
+    if buf.len() >= 64 && buf.iter().all(|&b| b == 0) {
+        return Err(corrupt(format!(
+            "its {} bytes at {} of pack {:016x}.pack are zeros: freed by gc, or damaged",
+            loc.len, loc.off, loc.pack
+        )));
+    }
     Ok(buf)
 }
 

@@ -267,6 +267,21 @@ fn a_missing_or_short_pack_is_a_corrupt_error_naming_the_object() {
         r.problems
     );
 
+    // A hole where a chunk was (what gc punches): Corrupt, not zeros.
+    {
+        let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        rustix::fs::fallocate(
+            &f,
+            rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+            4096,
+            64 << 10,
+        )
+        .unwrap();
+        let err = store.read_file_range(&c, 0, 4096).unwrap_err();
+        assert!(err.to_string().contains("are zeros"), "{err}");
+    }
+
     // The whole file gone: a packed chunk is Corrupt, never a panic. (This
     // process may still hold the removed file open for reading, which then
     // reads as short, so either message names the pack.)
@@ -410,5 +425,35 @@ fn repeated_and_already_stored_chunks_are_packed_once() {
         panic!("not a file")
     };
     assert_eq!(store.read_file_range(&c, 0, unit.len()).unwrap(), unit);
+    assert!(store.fsck(&NoProgress).unwrap().ok);
+}
+
+/// A large file that ends in a run of zeros: FastCDC cuts a zero run at
+/// the largest chunk size, so the run's last chunk can be a few zero bytes,
+/// stored raw (zstd cannot shrink them) and packed with the rest. It reads
+/// back as zeros, not as the "hole" error of a punched chunk.
+#[test]
+fn a_short_all_zero_chunk_reads_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = new_store(tmp.path());
+    let mut short_zero_chunks = 0;
+    for extra in 0..24usize {
+        let mut bytes = seeded_bytes(91, 5 << 20);
+        // With this seed the run's whole chunks end 64,231 bytes into it
+        // (measured), so these runs end in chunks of 1 to 47 zero bytes.
+        bytes.extend(std::iter::repeat_n(0u8, 64_232 + extra * 2));
+        let c = store_file(&store, tmp.path(), &format!("z{extra}"), &bytes);
+        assert_eq!(store.read_file_range(&c, 0, bytes.len()).unwrap(), bytes);
+        for (off, _, len) in store.chunk_list(&c).unwrap() {
+            let b = &bytes[off as usize..(off + len) as usize];
+            if len < 64 && b.iter().all(|&x| x == 0) {
+                short_zero_chunks += 1;
+            }
+        }
+    }
+    assert!(
+        short_zero_chunks > 0,
+        "no file here ended in a short chunk of zeros: the test does not reach the case"
+    );
     assert!(store.fsck(&NoProgress).unwrap().ok);
 }
