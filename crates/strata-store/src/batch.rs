@@ -6,9 +6,8 @@ use crate::id::Kind;
 use crate::id::ObjectId;
 use crate::objects::{insert, insert_packed, present, Prepared};
 use crate::pack::{self, PackWriter};
-use crate::store::Store;
+use crate::store::{PackGuard, Store};
 use std::sync::mpsc::{sync_channel, SyncSender};
-use std::sync::MutexGuard;
 use std::thread::JoinHandle;
 
 /// Flush prepared objects to the database every this many bytes (or
@@ -213,7 +212,7 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
             .ctx("begin writing objects")?;
         // The pack, once a part of this transaction uses it, and where the
         // transaction's bytes began in it.
-        let mut packed: Option<(MutexGuard<'_, Option<PackWriter>>, u64)> = None;
+        let mut packed: Option<(PackGuard<'_>, u64)> = None;
         let result = (|| -> Result<usize> {
             let mut bytes = 0;
             while bytes < BATCH_BYTES {
@@ -224,13 +223,14 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
                     .map(|p| p.data.len())
                     .sum();
                 if chunk_bytes >= pack::PACK_MIN_BYTES {
-                    if packed.is_none() {
-                        let w = store.pack_writer()?;
-                        let start = w.as_ref().map_or(0, |w| w.end());
-                        packed = Some((w, start));
-                    }
-                    let (w, _) = packed.as_mut().expect("set above");
-                    let w = w.as_mut().expect("pack_writer makes one");
+                    let (w, _) = match &mut packed {
+                        Some(p) => p,
+                        None => {
+                            let w = store.pack_writer()?;
+                            let start = w.end();
+                            packed.insert((w, start))
+                        }
+                    };
                     bytes += pack_part(&tx, w, part, &mut counts)?;
                     continue;
                 }
@@ -249,7 +249,7 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
             // Bytes before rows: no committed row may name bytes a power
             // loss could take (pack.rs).
             if let Some((w, _)) = &mut packed {
-                w.as_mut().expect("pack_writer makes one").sync()?;
+                w.sync()?;
             }
             Ok(bytes)
         })()
@@ -262,9 +262,7 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
             }
             Err(e) => {
                 if let Some((mut w, start)) = packed {
-                    if let Some(w) = w.as_mut() {
-                        w.truncate_to(start);
-                    }
+                    w.truncate_to(start);
                 }
                 return Err(e);
             }

@@ -441,17 +441,7 @@ impl Store {
                     continue;
                 }
                 let (n, loc): (i64, Option<pack::Loc>) = size
-                    .query_row([rowid], |r| {
-                        let loc = match r.get::<_, Option<i64>>(1)? {
-                            Some(p) => Some(pack::Loc {
-                                pack: p as u64,
-                                off: r.get::<_, i64>(2)? as u64,
-                                len: r.get::<_, i64>(3)? as u64,
-                            }),
-                            None => None,
-                        };
-                        Ok((r.get(0)?, loc))
-                    })
+                    .query_row([rowid], |r| Ok((r.get(0)?, pack::Loc::from_row(r, 1)?)))
                     .ctx("size an object")?;
                 del.execute([rowid]).ctx("delete an object")?;
                 dead.extend(loc);

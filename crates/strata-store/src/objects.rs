@@ -316,15 +316,7 @@ pub(crate) fn get_row(conn: &Connection, id: &ObjectId) -> Result<Option<Row>> {
         .prepare_cached(sql::OBJ_GET)
         .and_then(|mut s| {
             s.query_row([&id.0[..]], |r| {
-                let pack: Option<i64> = r.get(6)?;
-                let loc = match pack {
-                    Some(pack) => Some(crate::pack::Loc {
-                        pack: pack as u64,
-                        off: r.get::<_, i64>(7)? as u64,
-                        len: r.get::<_, i64>(8)? as u64,
-                    }),
-                    None => None,
-                };
+                let loc = crate::pack::Loc::from_row(r, 6)?;
                 Ok((
                     Row {
                         kind: r.get(0)?,

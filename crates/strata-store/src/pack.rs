@@ -67,6 +67,22 @@ pub(crate) struct Loc {
     pub len: u64,
 }
 
+impl Loc {
+    /// The location in a row's `pack`, `pack_off`, `pack_len` columns at
+    /// `first`, `first + 1`, `first + 2`, or `None` for a row whose bytes
+    /// are in `data`.
+    pub(crate) fn from_row(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Option<Loc>> {
+        let Some(pack) = r.get::<_, Option<i64>>(first)? else {
+            return Ok(None);
+        };
+        Ok(Some(Loc {
+            pack: pack as u64,
+            off: r.get::<_, i64>(first + 1)? as u64,
+            len: r.get::<_, i64>(first + 2)? as u64,
+        }))
+    }
+}
+
 pub(crate) fn pack_path(dir: &Path, pack: u64) -> PathBuf {
     dir.join(PACK_DIR).join(format!("{pack:016x}.pack"))
 }
@@ -435,13 +451,11 @@ pub(crate) fn punch(dir: &Path, dead: &[Loc]) {
 /// After `gc`: remove packs that no row names and cut the unindexed tail
 /// (a crashed writer's bytes) off the others, skipping any pack a live
 /// writer holds. `ends` is, per pack, the end of its last indexed object.
-/// Returns the bytes of the files removed or cut.
-pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) -> u64 {
+pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) {
     let packs = dir.join(PACK_DIR);
     let Ok(entries) = std::fs::read_dir(&packs) else {
-        return 0;
+        return;
     };
-    let mut freed = 0;
     for e in entries.flatten() {
         let name = e.file_name();
         let path = e.path();
@@ -462,24 +476,20 @@ pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) -> u64 {
         if rustix::fs::flock(&f, FlockOperation::NonBlockingLockExclusive).is_err() {
             continue; // a live writer appends to it
         }
-        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
         match ends.get(&pack) {
             None => {
                 if std::fs::remove_file(&path).is_ok() {
                     forget(db, pack);
-                    freed += len;
                 }
             }
             // Writes are padded to ALIGN: the padding after the last
             // object is not a tail to cut.
-            Some(&end) if (aligned(end as usize) as u64) < len => {
+            Some(&end) => {
                 let end = aligned(end as usize) as u64;
-                if f.set_len(end).is_ok() {
-                    freed += len - end;
+                if f.metadata().is_ok_and(|m| end < m.len()) {
+                    let _ = f.set_len(end);
                 }
             }
-            Some(_) => {}
         }
     }
-    freed
 }

@@ -85,6 +85,23 @@ impl Drop for WriteConn<'_> {
     }
 }
 
+/// The handle's pack writer, held (`Store::pack_writer`, which always
+/// leaves one in the slot).
+pub(crate) struct PackGuard<'a>(MutexGuard<'a, Option<crate::pack::PackWriter>>);
+
+impl std::ops::Deref for PackGuard<'_> {
+    type Target = crate::pack::PackWriter;
+    fn deref(&self) -> &crate::pack::PackWriter {
+        self.0.as_ref().expect("pack_writer fills the slot")
+    }
+}
+
+impl std::ops::DerefMut for PackGuard<'_> {
+    fn deref_mut(&mut self) -> &mut crate::pack::PackWriter {
+        self.0.as_mut().expect("pack_writer fills the slot")
+    }
+}
+
 /// A Store: one directory holding one SQLite database. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -277,14 +294,14 @@ impl Store {
         self.inner.read.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The pack this handle appends to, created on first use and replaced
-    /// when full (pack.rs).
-    pub(crate) fn pack_writer(&self) -> Result<MutexGuard<'_, Option<crate::pack::PackWriter>>> {
+    /// The pack this handle appends to, held, created on first use and
+    /// replaced when full (pack.rs).
+    pub(crate) fn pack_writer(&self) -> Result<PackGuard<'_>> {
         let mut w = self.inner.pack.lock().unwrap_or_else(|p| p.into_inner());
         if w.as_ref().is_none_or(|p| p.full()) {
             *w = Some(crate::pack::PackWriter::create(&self.inner.dir)?);
         }
-        Ok(w)
+        Ok(PackGuard(w))
     }
 
     pub(crate) fn writer(&self) -> WriteConn<'_> {
