@@ -245,31 +245,6 @@ pub(crate) fn exists(conn: &Connection, id: &ObjectId) -> Result<bool> {
         .ctx("look up an object")
 }
 
-/// The ids of `ids` that are stored, looked up [`sql::PRESENT_IDS`] at a
-/// time.
-pub(crate) fn present(
-    conn: &Connection,
-    ids: &[ObjectId],
-) -> Result<std::collections::HashSet<ObjectId>> {
-    let mut out = std::collections::HashSet::new();
-    let mut s = conn
-        .prepare_cached(sql::OBJ_PRESENT)
-        .ctx("look up objects")?;
-    for group in ids.chunks(sql::PRESENT_IDS) {
-        let params: Vec<&[u8]> = (0..sql::PRESENT_IDS)
-            .map(|i| &group[i.min(group.len() - 1)].0[..])
-            .collect();
-        let mut rows = s
-            .query(rusqlite::params_from_iter(params))
-            .ctx("look up objects")?;
-        while let Some(r) = rows.next().ctx("look up objects")? {
-            let id: Vec<u8> = r.get(0).ctx("look up objects")?;
-            out.extend(ObjectId::from_slice(&id));
-        }
-    }
-    Ok(out)
-}
-
 pub(crate) fn depth(conn: &Connection, id: &ObjectId) -> Result<Option<u32>> {
     conn.prepare_cached(sql::OBJ_DEPTH)
         .and_then(|mut s| s.query_row([&id.0[..]], |r| r.get(0)).optional())
@@ -286,13 +261,14 @@ pub(crate) struct Row {
     pub data: Vec<u8>,
 }
 
-/// Insert a chunk whose stored bytes are at `loc` in a pack (pack.rs); the
-/// caller checked that it is new. Returns true if the row is new.
+/// Index a chunk whose stored bytes are (to be) at `loc` in a pack
+/// (pack.rs). Returns the new row's rowid, or None if the id was stored
+/// already (the row is then left as it was).
 pub(crate) fn insert_packed(
     conn: &Connection,
     p: &Prepared,
     loc: crate::pack::Loc,
-) -> Result<bool> {
+) -> Result<Option<i64>> {
     let n = conn
         .prepare_cached(sql::OBJ_INSERT_PACKED)
         .and_then(|mut s| {
@@ -307,7 +283,15 @@ pub(crate) fn insert_packed(
             ))
         })
         .ctx("index a packed object")?;
-    Ok(n == 1)
+    Ok((n == 1).then(|| conn.last_insert_rowid()))
+}
+
+/// Delete the row `rowid` (a packed part's index rows taken back: batch.rs).
+pub(crate) fn delete_rowid(conn: &Connection, rowid: i64) -> Result<()> {
+    conn.prepare_cached(sql::OBJ_DELETE_ROWID)
+        .and_then(|mut s| s.execute([rowid]))
+        .ctx("take back an object's row")?;
+    Ok(())
 }
 
 /// A row, with the stored bytes of a packed one read from its pack.

@@ -182,7 +182,7 @@ impl PackWriter {
                 lead: 0,
                 path: tmp.clone(),
             };
-            w.stage(MAGIC)?;
+            w.append(MAGIC)?;
             w.write_staged()?;
             std::fs::rename(&tmp, &path).map_err(|e| io_err("name a pack file", &path, e))?;
             w.path = path;
@@ -210,38 +210,70 @@ impl PackWriter {
     }
 
     /// Bytes staged and not yet written.
-    pub(crate) fn staged(&self) -> usize {
+    fn staged(&self) -> usize {
         self.buf.len().saturating_sub(self.lead)
     }
 
-    /// Stage `bytes` for the next write (writing what is staged first if
-    /// they would not fit); returns the offset they will have in the pack.
-    pub(crate) fn stage(&mut self, bytes: &[u8]) -> Result<u64> {
+    /// Append `bytes`: staged, and written once [`WRITE_BYTES`] are staged.
+    /// Returns the offset they have in the pack, the one [`Self::plan`]
+    /// gave them.
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<u64> {
+        self.alloc_staging();
         if !self.has_room(bytes.len()) {
             self.write_staged()?;
         }
+        let off = self.end + self.staged() as u64;
+        self.buf.extend_from_slice(bytes);
+        if self.staged() >= WRITE_BYTES {
+            self.write_staged()?;
+        }
+        Ok(off)
+    }
+
+    /// The offsets that appending objects of `lens` bytes, in this order,
+    /// would give them, appending nothing. Every write is padded to ALIGN,
+    /// so an offset depends on where the writes fall: this replays
+    /// [`Self::append`]'s arithmetic (a test holds the two together).
+    pub(crate) fn plan(&mut self, lens: impl Iterator<Item = usize>) -> Vec<u64> {
+        self.alloc_staging();
+        let (lead, cap) = (self.lead, self.buf.capacity());
+        let (mut end, mut len) = (self.end, self.buf.len());
+        let mut out = Vec::new();
+        for n in lens {
+            if len + n + ALIGN > cap && len > lead {
+                end += aligned(len - lead) as u64;
+                len = lead;
+            }
+            out.push(end + (len - lead) as u64);
+            len += n;
+            if len - lead >= WRITE_BYTES {
+                end += aligned(len - lead) as u64;
+                len = lead;
+            }
+        }
+        out
+    }
+
+    /// Allocate the staging buffer on first use: room for a write's worth,
+    /// a chunk over it, the padding and the alignment lead; never
+    /// reallocated after (the lead is computed on this allocation).
+    fn alloc_staging(&mut self) {
         if self.buf.capacity() == 0 {
-            // Room for a write's worth, a chunk over it, the padding and
-            // the alignment lead; never reallocated after (the lead is
-            // computed on this allocation).
             let cap = WRITE_BYTES + 4 * crate::chunker::CHUNK_MAX + 3 * ALIGN;
             self.buf = Vec::with_capacity(cap);
             self.lead = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
             self.buf.resize(self.lead, 0);
         }
-        let off = self.end + self.staged() as u64;
-        self.buf.extend_from_slice(bytes);
-        Ok(off)
     }
 
     /// Whether the staging buffer can take `n` more bytes and its padding
     /// without growing (growing would move it off its alignment).
     fn has_room(&self, n: usize) -> bool {
-        self.buf.capacity() == 0 || self.buf.len() + n + ALIGN <= self.buf.capacity()
+        self.buf.len() + n + ALIGN <= self.buf.capacity()
     }
 
     /// Write the staged bytes, padded with zeros to a multiple of ALIGN.
-    pub(crate) fn write_staged(&mut self) -> Result<()> {
+    fn write_staged(&mut self) -> Result<()> {
         let n = self.staged();
         if n == 0 {
             return Ok(());
@@ -491,5 +523,49 @@ pub(crate) fn sweep(dir: &Path, db: &str, ends: &HashMap<u64, u64>) {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `plan` predicts every offset `append` gives, across writes (each
+    /// padded to ALIGN) and the writes forced by a full staging buffer:
+    /// batch.rs indexes chunks at planned offsets before appending them.
+    #[test]
+    fn planned_offsets_are_the_appended_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = PackWriter::create(tmp.path()).unwrap();
+        let mut x = 7u64;
+        let mut next = |lo: usize, hi: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            lo + (x as usize) % (hi - lo)
+        };
+        for round in 0..6 {
+            // Chunk-sized objects, and a round of one-byte ones.
+            let lens: Vec<usize> = (0..700)
+                .map(|_| {
+                    if round == 3 {
+                        1
+                    } else {
+                        next(1, 2 * crate::chunker::CHUNK_MAX)
+                    }
+                })
+                .collect();
+            let planned = w.plan(lens.iter().copied());
+            let appended: Vec<u64> = lens
+                .iter()
+                .map(|&n| w.append(&vec![0xA5; n]).unwrap())
+                .collect();
+            assert_eq!(planned, appended, "round {round}");
+            if round % 2 == 0 {
+                w.sync().unwrap();
+            }
+        }
+        w.sync().unwrap();
+        assert_eq!(std::fs::metadata(&w.path).unwrap().len(), w.end());
     }
 }

@@ -1,0 +1,79 @@
+//! The Store's part of a fresh large file's commit, alone and repeatable
+//! under a profiler: `Store::write_file_from_path` of fresh 32 MiB random
+//! files (written to DIR first, untimed), each timed, then the median.
+//!
+//! Run: `cargo run --release -p strata-store --example fresh_commit
+//! [-- DIR [RUNS]]` (DIR on the Store's disk, default /var/tmp).
+
+use strata_store::{Store, StoreOptions};
+
+fn random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// CPU time of the whole process (every thread), user and system, in ms.
+fn cpu_ms() -> f64 {
+    let mut u: libc::rusage = unsafe_zeroed();
+    // SAFETY: getrusage writes one rusage into `u`, which lives for the call.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+fn unsafe_zeroed() -> libc::rusage {
+    // SAFETY: rusage is plain integers, for which all zeros is valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let base = args.next().unwrap_or_else(|| "/var/tmp".into());
+    let runs: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(9);
+    let dir = tempfile::tempdir_in(base)?;
+    let store = Store::create(&dir.path().join("store"), &StoreOptions::default())?;
+    let (mut t, mut cpu) = (Vec::new(), Vec::new());
+    let srcs: Vec<_> = (0..=runs)
+        .map(|r| {
+            let src = dir.path().join(format!("src{r}"));
+            std::fs::write(&src, random(32 << 20, 1000 + r as u64)).map(|_| src)
+        })
+        .collect::<Result<_, _>>()?;
+    // The commits start here (CLOCK_MONOTONIC, perf's clock): profile
+    // them alone with `perf report --time START,`.
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `now`, which lives
+    // for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    eprintln!("commits start at {}.{:06}", now.tv_sec, now.tv_nsec / 1000);
+    for (r, src) in srcs.iter().enumerate() {
+        let (start, cpu0) = (std::time::Instant::now(), cpu_ms());
+        store.write_file_from_path(src, None)?;
+        let d = start.elapsed().as_secs_f64() * 1e3;
+        let c = cpu_ms() - cpu0;
+        if r > 0 {
+            t.push(d);
+            cpu.push(c);
+        }
+        eprintln!("run {r}: {d:.1} ms, CPU {c:.1} ms");
+    }
+    t.sort_by(f64::total_cmp);
+    cpu.sort_by(f64::total_cmp);
+    eprintln!(
+        "median {:.1} ms, CPU (all threads) {:.1} ms, over {runs}",
+        t[t.len() / 2],
+        cpu[cpu.len() / 2]
+    );
+    Ok(())
+}
