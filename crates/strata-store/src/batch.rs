@@ -23,6 +23,15 @@ const BATCH_OBJECTS: usize = 50_000;
 /// of this many bytes.
 const PART_BYTES: usize = 2 << 20;
 
+/// A streaming batch's flusher may fall this many parts behind before the
+/// producer waits for it. With none (a rendezvous), the producer stopped
+/// at every part until the flusher had inserted the last one, and the
+/// cores that hash the next block sat idle meanwhile: a Sandbox's commit
+/// of a fresh 32 MiB file left both cores ~25 % idle (perf timeline,
+/// docs/benchmarks.md "The flusher's queue"). Costs at most this many
+/// parts' bytes of memory more (8 MiB).
+const STREAM_QUEUE: usize = 4;
+
 /// After a transaction or a read of at least this many bytes a connection
 /// gives its cached pages back ([`shrink_cache`]).
 pub(crate) const SHRINK_AFTER: usize = 8 << 20;
@@ -71,9 +80,10 @@ pub(crate) struct Batch<'s> {
     flusher: Option<Flusher>,
 }
 
-/// The flusher thread. The channel is a rendezvous (capacity 0): at most one
-/// batch being inserted and one being filled, so memory stays within two
-/// batches.
+/// The flusher thread. For whole batches the channel is a rendezvous
+/// (capacity 0): at most one batch being inserted and one being filled, so
+/// memory stays within two batches; a streaming batch's small parts may
+/// queue ([`STREAM_QUEUE`]).
 struct Flusher {
     tx: SyncSender<Vec<Prepared>>,
     handle: JoinHandle<Result<Counts>>,
@@ -119,7 +129,8 @@ impl<'s> Batch<'s> {
             None => {
                 let store = self.store.clone();
                 let streaming = self.streaming;
-                let (tx, rx) = sync_channel::<Vec<Prepared>>(0);
+                let queue = if streaming { STREAM_QUEUE } else { 0 };
+                let (tx, rx) = sync_channel::<Vec<Prepared>>(queue);
                 let handle = std::thread::Builder::new()
                     .name("strata-flush".into())
                     .spawn(move || {
