@@ -34,7 +34,9 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
 
 /// The directory of pack files inside a Store.
 pub(crate) const PACK_DIR: &str = "packs";
@@ -108,17 +110,57 @@ pub(crate) fn parse_name(name: &str) -> Option<u64> {
 /// one reused buffer that costs no CPU (docs/benchmarks.md, "Pack files").
 /// Where the filesystem refuses O_DIRECT (`EINVAL` on open), appends are
 /// buffered, with writeback started at once (`fadvise(DONTNEED)`).
+///
+/// Each write runs on a thread of its own while the next bytes are staged
+/// in a second buffer: the flusher thread waited 1-2 ms for each 2 MiB
+/// O_DIRECT write, so it fell behind the hashing threads and finished a
+/// 32 MiB commit alone for 10-20 ms (perf timeline, docs/benchmarks.md
+/// "A commit's tail"). At most one write is in flight; [`Self::sync`]
+/// waits for it (and reports its error) before the `fdatasync`, and
+/// [`Self::truncate_to`] before cutting the file.
 pub(crate) struct PackWriter {
     pub pack: u64,
-    file: File,
-    direct: bool,
-    /// Where the next write goes: the file's length, a multiple of ALIGN.
+    file: Arc<File>,
+    /// Whether appends are O_DIRECT (cleared if a write is refused).
+    direct: Arc<AtomicBool>,
+    /// Where the next write goes: the file's length once every write has
+    /// landed, a multiple of ALIGN.
     end: u64,
-    /// Staged bytes start at `buf[lead..]`, `lead` making them aligned.
-    buf: Vec<u8>,
-    lead: usize,
+    /// The buffer being staged into: bytes start at `buf.bytes[buf.lead..]`.
+    buf: Staging,
+    /// The other buffer, back from its write (or never used yet).
+    spare: Staging,
+    /// The write in flight: it hands its buffer back, with its result.
+    inflight: Option<JoinHandle<(Staging, std::io::Result<()>)>>,
     path: PathBuf,
 }
+
+/// A staging buffer whose bytes from `lead` on are ALIGN-aligned in memory.
+#[derive(Default)]
+struct Staging {
+    bytes: Vec<u8>,
+    lead: usize,
+}
+
+impl Staging {
+    /// Allocated on first use: room for a write's worth, a chunk over it,
+    /// the padding and the alignment lead ([`STAGING_CAP`]); never
+    /// reallocated after (the lead is computed on this allocation).
+    fn alloc(&mut self) {
+        if self.bytes.capacity() == 0 {
+            self.bytes = Vec::with_capacity(STAGING_CAP);
+            self.lead = self.bytes.as_ptr().align_offset(ALIGN).min(ALIGN);
+            self.bytes.resize(self.lead, 0);
+        }
+    }
+
+    fn staged(&self) -> usize {
+        self.bytes.len().saturating_sub(self.lead)
+    }
+}
+
+/// A staging buffer's capacity (see [`Staging::alloc`]).
+const STAGING_CAP: usize = WRITE_BYTES + 4 * crate::chunker::CHUNK_MAX + 3 * ALIGN;
 
 fn io_err(action: &'static str, path: &Path, e: std::io::Error) -> StoreError {
     if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
@@ -175,15 +217,17 @@ impl PackWriter {
             }
             let mut w = PackWriter {
                 pack,
-                file,
-                direct,
+                file: Arc::new(file),
+                direct: Arc::new(AtomicBool::new(direct)),
                 end: 0,
-                buf: Vec::new(),
-                lead: 0,
+                buf: Staging::default(),
+                spare: Staging::default(),
+                inflight: None,
                 path: tmp.clone(),
             };
             w.append(MAGIC)?;
             w.write_staged()?;
+            w.wait()?;
             std::fs::rename(&tmp, &path).map_err(|e| io_err("name a pack file", &path, e))?;
             w.path = path;
             // The new name must survive a power loss before any row can
@@ -211,19 +255,20 @@ impl PackWriter {
 
     /// Bytes staged and not yet written.
     fn staged(&self) -> usize {
-        self.buf.len().saturating_sub(self.lead)
+        self.buf.staged()
     }
 
     /// Append `bytes`: staged, and written once [`WRITE_BYTES`] are staged.
     /// Returns the offset they have in the pack, the one [`Self::plan`]
     /// gave them.
     pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<u64> {
-        self.alloc_staging();
-        if !self.has_room(bytes.len()) {
+        self.buf.alloc();
+        if !has_room(self.staged(), bytes.len()) {
             self.write_staged()?;
+            self.buf.alloc();
         }
         let off = self.end + self.staged() as u64;
-        self.buf.extend_from_slice(bytes);
+        self.buf.bytes.extend_from_slice(bytes);
         if self.staged() >= WRITE_BYTES {
             self.write_staged()?;
         }
@@ -234,87 +279,67 @@ impl PackWriter {
     /// would give them, appending nothing. Every write is padded to ALIGN,
     /// so an offset depends on where the writes fall: this replays
     /// [`Self::append`]'s arithmetic (a test holds the two together).
-    pub(crate) fn plan(&mut self, lens: impl Iterator<Item = usize>) -> Vec<u64> {
-        self.alloc_staging();
-        let (lead, cap) = (self.lead, self.buf.capacity());
-        let (mut end, mut len) = (self.end, self.buf.len());
+    pub(crate) fn plan(&self, lens: impl Iterator<Item = usize>) -> Vec<u64> {
+        let (mut end, mut staged) = (self.end, self.staged());
         let mut out = Vec::new();
         for n in lens {
-            if len + n + ALIGN > cap && len > lead {
-                end += aligned(len - lead) as u64;
-                len = lead;
+            if !has_room(staged, n) && staged > 0 {
+                end += aligned(staged) as u64;
+                staged = 0;
             }
-            out.push(end + (len - lead) as u64);
-            len += n;
-            if len - lead >= WRITE_BYTES {
-                end += aligned(len - lead) as u64;
-                len = lead;
+            out.push(end + staged as u64);
+            staged += n;
+            if staged >= WRITE_BYTES {
+                end += aligned(staged) as u64;
+                staged = 0;
             }
         }
         out
     }
 
-    /// Allocate the staging buffer on first use: room for a write's worth,
-    /// a chunk over it, the padding and the alignment lead; never
-    /// reallocated after (the lead is computed on this allocation).
-    fn alloc_staging(&mut self) {
-        if self.buf.capacity() == 0 {
-            let cap = WRITE_BYTES + 4 * crate::chunker::CHUNK_MAX + 3 * ALIGN;
-            self.buf = Vec::with_capacity(cap);
-            self.lead = self.buf.as_ptr().align_offset(ALIGN).min(ALIGN);
-            self.buf.resize(self.lead, 0);
-        }
-    }
-
-    /// Whether the staging buffer can take `n` more bytes and its padding
-    /// without growing (growing would move it off its alignment).
-    fn has_room(&self, n: usize) -> bool {
-        self.buf.len() + n + ALIGN <= self.buf.capacity()
-    }
-
-    /// Write the staged bytes, padded with zeros to a multiple of ALIGN.
+    /// Start writing the staged bytes, padded with zeros to a multiple of
+    /// ALIGN, on a thread of its own (after the write before it has
+    /// landed; its error, if any, is returned here); staging goes on in
+    /// the other buffer.
     fn write_staged(&mut self) -> Result<()> {
         let n = self.staged();
         if n == 0 {
             return Ok(());
         }
+        self.wait()?;
         let len = aligned(n);
-        self.buf.resize(self.lead + len, 0);
-        let data = &self.buf[self.lead..];
-        let mut wrote = self.file.write_all_at(data, self.end);
-        if self.direct
-            && matches!(&wrote, Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()))
+        let mut buf = std::mem::take(&mut self.buf);
+        buf.bytes.resize(buf.lead + len, 0);
+        let (file, direct, at) = (self.file.clone(), self.direct.clone(), self.end);
+        let path = self.path.clone();
+        let write = move || {
+            let wrote = write_at(&file, &direct, &buf.bytes[buf.lead..], at, &path);
+            buf.bytes.truncate(buf.lead);
+            (buf, wrote)
+        };
+        match std::thread::Builder::new()
+            .name("strata-pack".into())
+            .spawn(write)
         {
-            // A filesystem that took O_DIRECT at open but refuses this
-            // write (an alignment it needs beyond ALIGN, a stacked
-            // filesystem): append buffered from now on (open(2), EINVAL).
-            let flags = rustix::fs::fcntl_getfl(&self.file)
-                .map_err(|e| io_err("read a pack file's flags", &self.path, e.into()))?;
-            rustix::fs::fcntl_setfl(&self.file, flags - rustix::fs::OFlags::DIRECT)
-                .map_err(|e| io_err("clear O_DIRECT on a pack file", &self.path, e.into()))?;
-            self.direct = false;
-            tracing::debug!(
-                "{}: O_DIRECT refused, appending buffered",
-                self.path.display()
-            );
-            wrote = self.file.write_all_at(data, self.end);
-        }
-        wrote.map_err(|e| io_err("append to a pack file", &self.path, e))?;
-        if !self.direct {
-            if let Some(n) = std::num::NonZeroU64::new(len as u64) {
-                // Only advice: failing to start writeback early costs
-                // time, not correctness (the fdatasync writes it all).
-                let _ = rustix::fs::fadvise(
-                    &self.file,
-                    self.end,
-                    Some(n),
-                    rustix::fs::Advice::DontNeed,
-                );
-            }
+            Ok(h) => self.inflight = Some(h),
+            Err(e) => return Err(io_err("start a pack write", &self.path, e)),
         }
         self.end += len as u64;
-        self.buf.truncate(self.lead);
+        self.buf = std::mem::take(&mut self.spare);
         Ok(())
+    }
+
+    /// Wait for the write in flight, take its buffer back as the spare,
+    /// and return its error.
+    fn wait(&mut self) -> Result<()> {
+        let Some(h) = self.inflight.take() else {
+            return Ok(());
+        };
+        let (buf, wrote) = h
+            .join()
+            .map_err(|_| StoreError::Invalid("a pack write thread panicked".into()))?;
+        self.spare = buf;
+        wrote.map_err(|e| io_err("append to a pack file", &self.path, e))
     }
 
     /// Write what is staged and make every appended byte durable: called
@@ -323,14 +348,17 @@ impl PackWriter {
     /// size and blocks (fdatasync(2)).
     pub(crate) fn sync(&mut self) -> Result<()> {
         self.write_staged()?;
-        rustix::fs::fdatasync(&self.file)
+        self.wait()?;
+        rustix::fs::fdatasync(&*self.file)
             .map_err(|e| io_err("sync a pack file", &self.path, e.into()))
     }
 
     /// Take back everything appended since `end` (a failed transaction),
-    /// staged bytes included.
+    /// staged bytes included, once the write in flight has landed (else
+    /// it could extend the file again after the cut).
     pub(crate) fn truncate_to(&mut self, end: u64) {
-        self.buf.truncate(self.lead);
+        let _ = self.wait();
+        self.buf.bytes.truncate(self.buf.lead);
         if self.file.set_len(end).is_ok() {
             self.end = end;
         } else {
@@ -341,6 +369,53 @@ impl PackWriter {
             );
         }
     }
+}
+
+impl Drop for PackWriter {
+    /// No write outlives its writer (a Store handle closed between a part
+    /// and its transaction's end).
+    fn drop(&mut self) {
+        let _ = self.wait();
+    }
+}
+
+/// Whether a staging buffer holding `staged` bytes can take `n` more and
+/// the padding without growing (growing would move it off its alignment).
+fn has_room(staged: usize, n: usize) -> bool {
+    staged + n + 2 * ALIGN <= STAGING_CAP
+}
+
+/// One append at `at`: O_DIRECT unless the filesystem refuses the write,
+/// then buffered with writeback started at once.
+fn write_at(
+    file: &File,
+    direct: &AtomicBool,
+    data: &[u8],
+    at: u64,
+    path: &Path,
+) -> std::io::Result<()> {
+    let mut wrote = file.write_all_at(data, at);
+    if direct.load(Ordering::Relaxed)
+        && matches!(&wrote, Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()))
+    {
+        // A filesystem that took O_DIRECT at open but refuses this write
+        // (an alignment it needs beyond ALIGN, a stacked filesystem):
+        // append buffered from now on (open(2), EINVAL).
+        let flags = rustix::fs::fcntl_getfl(file)?;
+        rustix::fs::fcntl_setfl(file, flags - rustix::fs::OFlags::DIRECT)?;
+        direct.store(false, Ordering::Relaxed);
+        tracing::debug!("{}: O_DIRECT refused, appending buffered", path.display());
+        wrote = file.write_all_at(data, at);
+    }
+    wrote?;
+    if !direct.load(Ordering::Relaxed) {
+        if let Some(n) = std::num::NonZeroU64::new(data.len() as u64) {
+            // Only advice: failing to start writeback early costs time,
+            // not correctness (the fdatasync writes it all).
+            let _ = rustix::fs::fadvise(file, at, Some(n), rustix::fs::Advice::DontNeed);
+        }
+    }
+    Ok(())
 }
 
 /// A pack number nobody else picks: a hash of the time, the process and a
