@@ -2,8 +2,9 @@
 //! under a profiler: `Store::write_file_from_path` of fresh 32 MiB random
 //! files (written to DIR first, untimed), each timed, then the median.
 //!
-//! Run: `cargo run --release -p strata-store --example fresh_commit
-//! [-- DIR [RUNS]]` (DIR on the Store's disk, default /var/tmp).
+//! Run: `[MIXED=1] cargo run --release -p strata-store --example
+//! fresh_commit [-- DIR [RUNS]]` (DIR on the Store's disk, default
+//! /var/tmp; MIXED: each file shares half its chunks with the one before).
 
 use strata_store::{Store, StoreOptions};
 
@@ -41,10 +42,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir_in(base)?;
     let store = Store::create(&dir.path().join("store"), &StoreOptions::default())?;
     let (mut t, mut cpu) = (Vec::new(), Vec::new());
+    // With MIXED=1 every file after the first is half the file before it
+    // (alternate 64 KiB runs), half new bytes: every part of its batch
+    // then holds stored and new chunks.
+    let mixed = std::env::var_os("MIXED").is_some();
+    let mut prev: Option<Vec<u8>> = None;
     let srcs: Vec<_> = (0..=runs)
         .map(|r| {
             let src = dir.path().join(format!("src{r}"));
-            std::fs::write(&src, random(32 << 20, 1000 + r as u64)).map(|_| src)
+            let mut bytes = random(32 << 20, 1000 + r as u64);
+            if let (true, Some(p)) = (mixed, &prev) {
+                for (k, run) in bytes.chunks_mut(64 << 10).enumerate() {
+                    if k % 2 == 0 {
+                        let at = k * (64 << 10);
+                        run.copy_from_slice(&p[at..at + run.len()]);
+                    }
+                }
+            }
+            let wrote = std::fs::write(&src, &bytes).map(|_| src);
+            prev = Some(bytes);
+            wrote
         })
         .collect::<Result<_, _>>()?;
     // The commits start here (CLOCK_MONOTONIC, perf's clock): profile

@@ -3,7 +3,8 @@
 
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::Kind;
-use crate::objects::{delete_rowid, insert, insert_packed, Prepared};
+use crate::id::ObjectId;
+use crate::objects::{delete_rowid, insert, insert_packed, present, Prepared};
 use crate::pack::{self, PackWriter};
 use crate::store::{PackGuard, Store};
 use std::collections::HashSet;
@@ -302,6 +303,12 @@ fn packable(p: &Prepared) -> bool {
 /// the part's new rows are taken back and it is indexed again without the
 /// stored chunks (a copy of a stored large file: one round that inserts
 /// nothing). Only then are the bytes appended.
+///
+/// Taking rows back costs a part about three searches per chunk instead
+/// of two, so where stored chunks are likely (the last part through this
+/// writer had some: an import of a tree much like one stored, a file
+/// edited in place) a part looks its ids up first, 32 per statement, and
+/// indexes only the rest; a part whose lookups find nothing switches back.
 fn pack_part(
     tx: &rusqlite::Transaction<'_>,
     w: &mut PackWriter,
@@ -314,6 +321,14 @@ fn pack_part(
     let mut order: Vec<usize> = (0..part.len())
         .filter(|&i| packable(&part[i]) && once.insert(part[i].id))
         .collect();
+    if w.expect_stored {
+        let mut ids: Vec<ObjectId> = order.iter().map(|&i| part[i].id).collect();
+        // Looked up in id order: neighbouring keys, pages already cached.
+        ids.sort_unstable();
+        let stored = present(tx, &ids)?;
+        order.retain(|&i| !stored.contains(&part[i].id));
+        w.expect_stored = !stored.is_empty();
+    }
     let offsets = loop {
         let offsets = w.plan(order.iter().map(|&i| part[i].data.len()));
         let mut rows: Vec<(usize, u64)> =
@@ -343,6 +358,7 @@ fn pack_part(
             delete_rowid(tx, rowid)?;
         }
         order.retain(|i| !stored.contains(i));
+        w.expect_stored = true;
     };
     for (&i, &off) in order.iter().zip(&offsets) {
         let p = &part[i];

@@ -245,6 +245,31 @@ pub(crate) fn exists(conn: &Connection, id: &ObjectId) -> Result<bool> {
         .ctx("look up an object")
 }
 
+/// The ids of `ids` that are stored, looked up [`sql::PRESENT_IDS`] at a
+/// time.
+pub(crate) fn present(
+    conn: &Connection,
+    ids: &[ObjectId],
+) -> Result<std::collections::HashSet<ObjectId>> {
+    let mut out = std::collections::HashSet::new();
+    let mut s = conn
+        .prepare_cached(sql::OBJ_PRESENT)
+        .ctx("look up objects")?;
+    for group in ids.chunks(sql::PRESENT_IDS) {
+        let params: Vec<&[u8]> = (0..sql::PRESENT_IDS)
+            .map(|i| &group[i.min(group.len() - 1)].0[..])
+            .collect();
+        let mut rows = s
+            .query(rusqlite::params_from_iter(params))
+            .ctx("look up objects")?;
+        while let Some(r) = rows.next().ctx("look up objects")? {
+            let id: Vec<u8> = r.get(0).ctx("look up objects")?;
+            out.extend(ObjectId::from_slice(&id));
+        }
+    }
+    Ok(out)
+}
+
 pub(crate) fn depth(conn: &Connection, id: &ObjectId) -> Result<Option<u32>> {
     conn.prepare_cached(sql::OBJ_DEPTH)
         .and_then(|mut s| s.query_row([&id.0[..]], |r| r.get(0)).optional())

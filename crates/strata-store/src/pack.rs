@@ -133,6 +133,10 @@ pub(crate) struct PackWriter {
     /// The write in flight: it hands its buffer back, with its result.
     inflight: Option<JoinHandle<(Staging, std::io::Result<()>)>>,
     path: PathBuf,
+    /// Whether the last part indexed through this writer found chunks
+    /// stored already: then the next part looks its ids up before
+    /// indexing (batch.rs `pack_part` says why).
+    pub(crate) expect_stored: bool,
 }
 
 /// A staging buffer whose bytes from `lead` on are ALIGN-aligned in memory.
@@ -224,6 +228,7 @@ impl PackWriter {
                 spare: Staging::default(),
                 inflight: None,
                 path: tmp.clone(),
+                expect_stored: false,
             };
             w.append(MAGIC)?;
             w.write_staged()?;
