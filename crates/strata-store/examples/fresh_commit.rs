@@ -6,33 +6,15 @@
 //! fresh_commit [-- DIR [RUNS]]` (DIR on the Store's disk, default
 //! /var/tmp; MIXED: each file shares half its chunks with the one before).
 
+mod common;
+use common::random;
+
 use strata_store::{Store, StoreOptions};
 
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
-
-/// CPU time of the whole process (every thread), user and system, in ms.
+/// CPU time of the whole process (every thread, exited ones too), in ms.
 fn cpu_ms() -> f64 {
-    let mut u: libc::rusage = unsafe_zeroed();
-    // SAFETY: getrusage writes one rusage into `u`, which lives for the call.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-fn unsafe_zeroed() -> libc::rusage {
-    // SAFETY: rusage is plain integers, for which all zeros is valid.
-    unsafe { std::mem::zeroed() }
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -66,13 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     // The commits start here (CLOCK_MONOTONIC, perf's clock): profile
     // them alone with `perf report --time START,`.
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into `now`, which lives
-    // for the call.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     eprintln!("commits start at {}.{:06}", now.tv_sec, now.tv_nsec / 1000);
     for (r, src) in srcs.iter().enumerate() {
         let (start, cpu0) = (std::time::Instant::now(), cpu_ms());

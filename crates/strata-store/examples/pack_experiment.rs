@@ -15,6 +15,9 @@
 //! Run: `[FADVISE=1] cargo run --release -p strata-store --example
 //! pack_experiment [-- DIR]` (DIR on ext4, default /var/tmp).
 
+mod common;
+use common::random;
+
 const SIZE: usize = 32 << 20;
 const RUNS: usize = 7;
 
@@ -22,19 +25,6 @@ fn ms<T>(f: impl FnOnce() -> T) -> (T, f64) {
     let t = std::time::Instant::now();
     let v = f();
     (v, t.elapsed().as_secs_f64() * 1e3)
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 fn table(conn: &rusqlite::Connection) {
