@@ -484,6 +484,7 @@ impl Block {
             eof: false,
         }
     }
+
     /// Bytes covered by the block's cuts.
     fn used(&self) -> usize {
         self.cuts.last().map(|c| c.0 + c.1).unwrap_or(0)

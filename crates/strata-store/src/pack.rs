@@ -268,13 +268,14 @@ impl PackWriter {
     /// gave them.
     pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<u64> {
         self.buf.alloc();
-        if !has_room(self.staged(), bytes.len()) {
+        let (before, after) = writes_around(self.staged(), bytes.len());
+        if before {
             self.write_staged()?;
             self.buf.alloc();
         }
         let off = self.end + self.staged() as u64;
         self.buf.bytes.extend_from_slice(bytes);
-        if self.staged() >= WRITE_BYTES {
+        if after {
             self.write_staged()?;
         }
         Ok(off)
@@ -282,19 +283,20 @@ impl PackWriter {
 
     /// The offsets that appending objects of `lens` bytes, in this order,
     /// would give them, appending nothing. Every write is padded to ALIGN,
-    /// so an offset depends on where the writes fall: this replays
-    /// [`Self::append`]'s arithmetic (a test holds the two together).
+    /// so an offset depends on where the writes fall: both follow
+    /// [`writes_around`] (a test holds the two together).
     pub(crate) fn plan(&self, lens: impl Iterator<Item = usize>) -> Vec<u64> {
         let (mut end, mut staged) = (self.end, self.staged());
         let mut out = Vec::new();
         for n in lens {
-            if !has_room(staged, n) && staged > 0 {
+            let (before, after) = writes_around(staged, n);
+            if before {
                 end += aligned(staged) as u64;
                 staged = 0;
             }
             out.push(end + staged as u64);
             staged += n;
-            if staged >= WRITE_BYTES {
+            if after {
                 end += aligned(staged) as u64;
                 staged = 0;
             }
@@ -384,10 +386,15 @@ impl Drop for PackWriter {
     }
 }
 
-/// Whether a staging buffer holding `staged` bytes can take `n` more and
-/// the padding without growing (growing would move it off its alignment).
-fn has_room(staged: usize, n: usize) -> bool {
-    staged + n + 2 * ALIGN <= STAGING_CAP
+/// Around one append of `n` bytes to a staging buffer holding `staged`:
+/// whether the staged bytes are written first (the buffer cannot take `n`
+/// more and the padding without growing, which would move it off its
+/// alignment), and whether they are written after it (a write's worth is
+/// staged). `append` acts on it and `plan` replays it.
+fn writes_around(staged: usize, n: usize) -> (bool, bool) {
+    let before = staged > 0 && staged + n + 2 * ALIGN > STAGING_CAP;
+    let after = if before { n } else { staged + n } >= WRITE_BYTES;
+    (before, after)
 }
 
 /// One append at `at`: O_DIRECT unless the filesystem refuses the write,
