@@ -2,7 +2,9 @@
 //! file of 32 MiB, 256 MiB (and 1 GiB in the full form) gets one 10-byte
 //! overwrite through a mounted Workspace, then the commit is timed, with
 //! the bytes of the file it read (the Store's count). And a fresh 32 MiB
-//! random file: its commit step alone. Part of the fs group.
+//! random file: its commit step alone, and the same on a Store that
+//! already holds 1 GiB of chunks (4 GiB in the full form) beside an empty
+//! one, with the bytes each such commit wrote. Part of the fs group.
 
 use crate::report::{median, ms, time, Row};
 use crate::Ctx;
@@ -141,5 +143,81 @@ pub fn run(ctx: &Ctx) -> anyhow::Result<Vec<Row>> {
         eprintln!("  {name}: {m:.1} ms");
         rows.push(Row::new("fs", name, "ms", m).goal("< 40 ms", m < 40.0));
     }
+    rows.extend(fresh_on_full_store(ctx, runs)?);
     Ok(rows)
+}
+
+/// The bytes this process has passed to write(2) and its kin so far
+/// (`wchar` in /proc/self/io, proc(5)): the pack's bytes and SQLite's WAL
+/// frames, whichever thread wrote them.
+fn written() -> anyhow::Result<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")
+        .map_err(|e| anyhow::anyhow!("read /proc/self/io (task I/O accounting): {e}"))?;
+    io.lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("/proc/self/io has no wchar line: {io}"))
+}
+
+/// A fresh 32 MiB file's commit step (`Store::write_file_from_path`, the
+/// Store's part of it) on a Store already holding `GIB` GiB of distinct
+/// chunks, alternated commit by commit with the same on an empty Store.
+/// The figure that grows with the Store is the chunk index: every new
+/// chunk's row lands on a random page of the `id` index, so a commit
+/// dirties up to one page per chunk, written to the WAL at the commit and
+/// copied into the database by the next checkpoint (docs/benchmarks.md,
+/// "The chunk index grows with the Store").
+fn fresh_on_full_store(ctx: &Ctx, runs: usize) -> anyhow::Result<Vec<Row>> {
+    let gib: u64 = if ctx.quick { 1 } else { 4 };
+    let name = format!("commit step alone: a fresh 32 MiB file, Store holding {gib} GiB");
+    if !ctx.wants(&name) {
+        return Ok(Vec::new());
+    }
+    let dir = ctx.scratch.join("fresh-full");
+    std::fs::create_dir_all(&dir)?;
+    let empty = Store::create(&dir.join("empty"), &StoreOptions::default())?;
+    let full = Store::create(&dir.join("full"), &StoreOptions::default())?;
+    let pre = dir.join("preload");
+    eprintln!("  filling a Store with {gib} GiB of fresh chunks");
+    for n in 0..gib * 32 {
+        random_file(&pre, 32 * MIB, 1_000_000 + n)?;
+        full.write_file_from_path(&pre, None)?;
+    }
+    let srcs: Vec<_> = (0..=runs)
+        .map(|r| {
+            let p = dir.join(format!("src{r}"));
+            random_file(&p, 32 * MIB, 2000 + r as u64).map(|_| p)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let (mut te, mut tf, mut wf) = (Vec::new(), Vec::new(), Vec::new());
+    for (r, src) in srcs.iter().enumerate() {
+        // Each Store commits the same bytes, the empty one first.
+        let (res, de) = time(|| empty.write_file_from_path(src, None));
+        res?;
+        let w0 = written()?;
+        let (res, df) = time(|| full.write_file_from_path(src, None));
+        res?;
+        let w = written()? - w0;
+        if r > 0 {
+            te.push(ms(de));
+            tf.push(ms(df));
+            wf.push(w as f64 / MIB as f64);
+        }
+    }
+    drop((empty, full));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (me, mf, mw) = (median(te), median(tf), median(wf));
+    eprintln!("  {name}: {mf:.1} ms (empty Store {me:.1} ms), {mw:.1} MiB written");
+    Ok(vec![
+        Row::new("fs", &name, "ms", mf)
+            .compare("the same on an empty Store", me)
+            .goal("< 40 ms", mf < 40.0),
+        Row::new(
+            "fs",
+            &format!("  MiB that commit wrote (pack + WAL), Store holding {gib} GiB"),
+            "MiB",
+            mw,
+        )
+        .note("32 MiB of chunks"),
+    ])
 }

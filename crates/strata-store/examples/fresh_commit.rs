@@ -4,7 +4,10 @@
 //!
 //! Run: `[MIXED=1] cargo run --release -p strata-store --example
 //! fresh_commit [-- DIR [RUNS]]` (DIR on the Store's disk, default
-//! /var/tmp; MIXED: each file shares half its chunks with the one before).
+//! /var/tmp; MIXED: each file shares half its chunks with the one before;
+//! PRELOAD=N: first fill the Store with N fresh 32 MiB files, untimed).
+//! Each run also prints the bytes the process wrote since the run before:
+//! the pack's 32 MiB, the WAL frames and the checkpoint's copies.
 
 mod common;
 use common::random;
@@ -17,6 +20,14 @@ fn cpu_ms() -> f64 {
     t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
+/// Bytes this process has passed to write(2) and its kin (`wchar` in
+/// /proc/self/io, proc(5)), every thread's, the checkpoint thread's too.
+fn written() -> Result<u64, Box<dyn std::error::Error>> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    let v = io.lines().find_map(|l| l.strip_prefix("wchar:"));
+    Ok(v.ok_or("/proc/self/io has no wchar line")?.trim().parse()?)
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let base = args.next().unwrap_or_else(|| "/var/tmp".into());
@@ -24,6 +35,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir_in(base)?;
     let store = Store::create(&dir.path().join("store"), &StoreOptions::default())?;
     let (mut t, mut cpu) = (Vec::new(), Vec::new());
+    // PRELOAD=N first commits N fresh 32 MiB files, untimed: the Store
+    // then holds N * 8,192 chunks, as a Store in use does.
+    let preload: usize = std::env::var("PRELOAD").map_or(Ok(0), |v| v.parse())?;
+    let pre = dir.path().join("preload");
+    for n in 0..preload {
+        std::fs::write(&pre, random(32 << 20, 1_000_000 + n as u64))?;
+        store.write_file_from_path(&pre, None)?;
+    }
     // With MIXED=1 every file after the first is half the file before it
     // (alternate 64 KiB runs), half new bytes: every part of its batch
     // then holds stored and new chunks.
@@ -48,6 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     // The commits start here (CLOCK_MONOTONIC, perf's clock): profile
     // them alone with `perf report --time START,`.
+    let mut last_w = written()?;
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     eprintln!("commits start at {}.{:06}", now.tv_sec, now.tv_nsec / 1000);
     for (r, src) in srcs.iter().enumerate() {
@@ -59,7 +79,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             t.push(d);
             cpu.push(c);
         }
-        eprintln!("run {r}: {d:.1} ms, CPU {c:.1} ms");
+        // Since the last run ended: this commit's pack bytes and WAL
+        // frames, and the checkpoint the commit before it started.
+        let w = written()?;
+        let mib = (w - std::mem::replace(&mut last_w, w)) as f64 / (1 << 20) as f64;
+        eprintln!("run {r}: {d:.1} ms, CPU {c:.1} ms, {mib:.1} MiB written since the run before");
     }
     t.sort_by(f64::total_cmp);
     cpu.sort_by(f64::total_cmp);
