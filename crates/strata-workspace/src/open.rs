@@ -40,6 +40,12 @@ impl Opened {
 /// round trip would buy nothing.
 const FILE_OPEN: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
+/// How long a write-open that finds the inode's passthrough backing held
+/// by readers waits for their RELEASE before it answers ETXTBSY (see
+/// `op_open`). A reader that is really still open costs the writer this
+/// long, once.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
 impl WsFs {
     /// Reply to an open/create: with passthrough, all handles of one inode
     /// share one backing file (the kernel refuses a second, different one
@@ -151,42 +157,24 @@ impl WsFs {
         // sends no setattr), which spares copying up bytes about to go.
         let trunc = write && flags & libc::O_TRUNC != 0;
         let mut killed = false;
-        let mut st = self.st();
-        let r = (|| {
-            let kind = st.node(ino)?.kind;
-            if kind == NodeKind::Dir {
-                return Err(Errno::EISDIR);
+        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        let mut pause = std::time::Duration::from_micros(50);
+        let (mut st, r) = loop {
+            let mut st = self.st();
+            let r = self.try_open(&mut st, ctx, ino, write, trunc, &mut killed);
+            // The readers that hold the backing may have closed already:
+            // their RELEASE comes after close(2) returns (fuse_release()
+            // sends it in the background), so an open right after a close
+            // can overtake it, on another thread or another CPU's ring.
+            // Give it the time to arrive, without the lock, before
+            // answering ETXTBSY.
+            if !matches!(r, Err(Errno::ETXTBSY)) || std::time::Instant::now() >= deadline {
+                break (st, r);
             }
-            if kind != NodeKind::File {
-                return Err(Errno::EINVAL);
-            }
-            if write && !matches!(st.node(ino)?.data, Data::Upper(_)) {
-                // Copy-up before the reply: a passthrough write-open needs
-                // its final backing file now.
-                let busy = st.node(ino)?.backing.is_some();
-                if busy {
-                    return Err(Errno::ETXTBSY);
-                }
-                if trunc {
-                    st.tx(|s| s.copy_up_truncated(ino))?;
-                } else {
-                    st.tx(|s| s.copy_up(ino))?;
-                }
-            }
-            if trunc {
-                // FUSE_OPEN_KILL_SUIDGID, which fuser does not pass: the
-                // caller's uid stands for its CAP_FSETID (killpriv.rs).
-                let kill = st.killpriv && !may_keep_privs(st.ids, ctx.uid);
-                st.tx(|s| {
-                    s.open_truncate(ino)?;
-                    if kill {
-                        killed = s.kill_suidgid(ino)?;
-                    }
-                    Ok(())
-                })?;
-            }
-            self.open_reply(&mut st, ino, write)
-        })();
+            drop(st);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(2));
+        };
         if killed {
             // After an atomic O_TRUNC open the kernel invalidates only size
             // and times (fuse_finish_open()), not the mode.
@@ -200,6 +188,51 @@ impl WsFs {
         // The transport replies after the lock is released (see
         // serve.rs's op_getattr).
         Ok(Opened::new(fh, id))
+    }
+
+    /// One attempt at `op_open` under the lock.
+    fn try_open(
+        &self,
+        st: &mut State,
+        ctx: Ctx,
+        ino: u64,
+        write: bool,
+        trunc: bool,
+        killed: &mut bool,
+    ) -> R<(u64, Option<Arc<BackingRef>>)> {
+        let kind = st.node(ino)?.kind;
+        if kind == NodeKind::Dir {
+            return Err(Errno::EISDIR);
+        }
+        if kind != NodeKind::File {
+            return Err(Errno::EINVAL);
+        }
+        if write && !matches!(st.node(ino)?.data, Data::Upper(_)) {
+            // Copy-up before the reply: a passthrough write-open needs
+            // its final backing file now.
+            let busy = st.node(ino)?.backing.is_some();
+            if busy {
+                return Err(Errno::ETXTBSY);
+            }
+            if trunc {
+                st.tx(|s| s.copy_up_truncated(ino))?;
+            } else {
+                st.tx(|s| s.copy_up(ino))?;
+            }
+        }
+        if trunc {
+            // FUSE_OPEN_KILL_SUIDGID, which fuser does not pass: the
+            // caller's uid stands for its CAP_FSETID (killpriv.rs).
+            let kill = st.killpriv && !may_keep_privs(st.ids, ctx.uid);
+            st.tx(|s| {
+                s.open_truncate(ino)?;
+                if kill {
+                    *killed |= s.kill_suidgid(ino)?;
+                }
+                Ok(())
+            })?;
+        }
+        self.open_reply(st, ino, write)
     }
 
     pub(crate) fn op_create(
