@@ -157,7 +157,8 @@ impl WsFs {
         // sends no setattr), which spares copying up bytes about to go.
         let trunc = write && flags & libc::O_TRUNC != 0;
         let mut killed = false;
-        let deadline = std::time::Instant::now() + RELEASE_WAIT;
+        // Set at the first ETXTBSY only: an open that gets none reads no clock.
+        let mut deadline = None;
         let mut pause = std::time::Duration::from_micros(50);
         let (mut st, r) = loop {
             let mut st = self.st();
@@ -168,7 +169,11 @@ impl WsFs {
             // can overtake it, on another thread or another CPU's ring.
             // Give it the time to arrive, without the lock, before
             // answering ETXTBSY.
-            if !matches!(r, Err(Errno::ETXTBSY)) || std::time::Instant::now() >= deadline {
+            if !matches!(r, Err(Errno::ETXTBSY)) {
+                break (st, r);
+            }
+            let now = std::time::Instant::now();
+            if now >= *deadline.get_or_insert(now + RELEASE_WAIT) {
                 break (st, r);
             }
             drop(st);
