@@ -203,7 +203,7 @@ fn exit_codes_streams_and_stdin() {
 #[test]
 fn cancel_reports_the_signal_within_a_second() {
     let d = Daemon::start();
-    d.mount("c");
+    let (_, path) = d.mount("c");
     let id = d.exec(serde_json::json!({"argv": ["sleep", "1000"]}));
     std::thread::sleep(Duration::from_millis(100));
     let r = d.req("GET", &format!("/v1/execs/{id}"), None);
@@ -223,9 +223,10 @@ fn cancel_reports_the_signal_within_a_second() {
 
     // A command that ignores SIGTERM is killed after the grace period, and
     // its whole process group with it.
-    let id =
-        d.exec(serde_json::json!({"argv": ["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000"]}));
-    std::thread::sleep(Duration::from_millis(200));
+    // The shell marks in its Workspace that its trap is set, and only
+    // then is it cancelled: a SIGTERM that came first would end it at once.
+    let id = d.exec(serde_json::json!({"argv": ["sh", "-c", "trap '' TERM; sleep 1000 & : > .trapped; sleep 1000"]}));
+    wait_for_file(&std::path::Path::new(&path).join(".trapped"));
     let r = d.req(
         "POST",
         &format!("/v1/execs/{id}/cancel"),
@@ -425,6 +426,20 @@ fn chatty_output_is_complete_under_backpressure() {
     assert_eq!(o.code(), Some(0));
 }
 
+/// Wait until an exec has made `marker` (in its Workspace), the way a
+/// test knows the command reached a point without guessing a sleep.
+fn wait_for_file(marker: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the exec never made {} within 60 s",
+            marker.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// pids of running (not zombie) processes in process group `pgid`.
 fn live_group_members(pgid: i32) -> Vec<String> {
     let mut out = Vec::new();
@@ -476,14 +491,18 @@ fn optional_loopback_tcp_needs_the_token_too() {
 #[test]
 fn pty_mode_gives_a_controlling_terminal() {
     let d = Daemon::start();
-    d.mount("t");
+    let (_, path) = d.mount("t");
+    // The command marks, in its Workspace (its cwd), that it has read the
+    // first size; the test resizes only then. A fixed sleep here failed on
+    // a loaded CI machine: the command started after the resize and
+    // printed "40 120" twice.
     let id = d.exec(serde_json::json!({
-        "argv": ["sh", "-c", "test -t 0 && test -t 1 && echo isatty; tty; stty size; read x; stty size; echo got:$x; id -u"],
+        "argv": ["sh", "-c", "test -t 0 && test -t 1 && echo isatty; tty; stty size; : > .sized; read x; stty size; echo got:$x; id -u"],
         "tty": true,
         "tty_size": [30, 100],
         "stdin": true,
     }));
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_file(&std::path::Path::new(&path).join(".sized"));
     let r = d.req(
         "POST",
         &format!("/v1/execs/{id}/resize"),
