@@ -1,9 +1,21 @@
 //! Every SQL statement the Store runs, in one place. Rust logic elsewhere
 //! refers to these constants and never builds SQL text.
 
-/// The schema of format version 2 (pack.rs: a row whose `pack` is set
-/// keeps its stored bytes at `pack_off`, `pack_len` bytes long, in that
-/// pack file, and its `data` is empty).
+/// The schema of format version 3.
+///
+/// Packs (version 2, pack.rs): a row whose `pack` is set keeps its stored
+/// bytes at `pack_off`, `pack_len` bytes long, in that pack file, and its
+/// `data` is empty.
+///
+/// Two indexes on `id` (version 3, docs/design.md "The object index"): a
+/// new row goes into the small `objects_fresh` index (`fresh = 1`), and
+/// the checkpoint thread later folds fresh rows into the large
+/// `objects_id` index (`fresh` NULL) in id order, many at a time. An id is
+/// in at most one of them: an insert first looks in `objects_id`
+/// ([`OBJ_INSERT`]), and each index is UNIQUE. Every lookup by id names
+/// both, as `fresh IS NULL OR fresh = 1`: a partial index serves only a
+/// query whose WHERE implies the index's own, and without the term SQLite
+/// scans the table (`tests::every_lookup_by_id_uses_an_index`).
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
@@ -11,7 +23,7 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 CREATE TABLE IF NOT EXISTS objects (
     rowid   INTEGER PRIMARY KEY,
-    id      BLOB NOT NULL UNIQUE,
+    id      BLOB NOT NULL,
     kind    INTEGER NOT NULL,
     enc     INTEGER NOT NULL,   -- 0 raw, 1 zstd, 2 zstd delta against `base`
     raw_len INTEGER NOT NULL,
@@ -20,8 +32,11 @@ CREATE TABLE IF NOT EXISTS objects (
     data    BLOB NOT NULL,
     pack     INTEGER,           -- the pack file's number, or NULL (bytes in `data`)
     pack_off INTEGER,
-    pack_len INTEGER
+    pack_len INTEGER,
+    fresh    INTEGER            -- 1: indexed in objects_fresh; NULL: in objects_id
 );
+CREATE UNIQUE INDEX IF NOT EXISTS objects_id ON objects(id) WHERE fresh IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS objects_fresh ON objects(id) WHERE fresh = 1;
 CREATE TABLE IF NOT EXISTS projects (
     name       TEXT PRIMARY KEY,
     created_ns INTEGER NOT NULL
@@ -44,29 +59,86 @@ pub const META_PUT: &str = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1,
 pub const HAS_META_TABLE: &str =
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'";
 
+/// A new object goes into the fresh index, unless its id is in either
+/// index: `objects_id` by the NOT EXISTS, `objects_fresh` by its UNIQUE
+/// (OR IGNORE). One row changed means the object is new.
 pub const OBJ_INSERT: &str =
-    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, fresh)
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 1
+     WHERE NOT EXISTS (SELECT 1 FROM objects WHERE id = ?1 AND fresh IS NULL)";
 /// Format version 1 to 2: the pack columns (an O(1) change in SQLite:
 /// existing rows read them as NULL).
 pub const MIGRATE_1_TO_2: &str = "ALTER TABLE objects ADD COLUMN pack INTEGER;
      ALTER TABLE objects ADD COLUMN pack_off INTEGER;
      ALTER TABLE objects ADD COLUMN pack_len INTEGER;";
+/// Format version 2 to 3: the two indexes on `id`. SQLite cannot drop
+/// the index a column's UNIQUE made, so the table is made again and the
+/// rows copied (rowids kept), in the migration's one transaction; every
+/// row starts in `objects_id`.
+pub const MIGRATE_2_TO_3: &str = "
+CREATE TABLE objects_v3 (
+    rowid   INTEGER PRIMARY KEY,
+    id      BLOB NOT NULL,
+    kind    INTEGER NOT NULL,
+    enc     INTEGER NOT NULL,
+    raw_len INTEGER NOT NULL,
+    base    BLOB,
+    depth   INTEGER NOT NULL,
+    data    BLOB NOT NULL,
+    pack     INTEGER,
+    pack_off INTEGER,
+    pack_len INTEGER,
+    fresh    INTEGER
+);
+INSERT INTO objects_v3 (rowid, id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len)
+    SELECT rowid, id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len
+    FROM objects ORDER BY rowid;
+DROP TABLE objects;
+ALTER TABLE objects_v3 RENAME TO objects;
+CREATE UNIQUE INDEX objects_id ON objects(id) WHERE fresh IS NULL;
+CREATE UNIQUE INDEX objects_fresh ON objects(id) WHERE fresh = 1;
+";
+/// As [`OBJ_INSERT`], for a chunk whose bytes are in a pack.
 pub const OBJ_INSERT_PACKED: &str =
-    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len)
-     VALUES (?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7)";
-pub const OBJ_EXISTS: &str = "SELECT 1 FROM objects WHERE id = ?1";
+    "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len, fresh)
+     SELECT ?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7, 1
+     WHERE NOT EXISTS (SELECT 1 FROM objects WHERE id = ?1 AND fresh IS NULL)";
+pub const OBJ_EXISTS: &str =
+    "SELECT 1 FROM objects WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
 /// Which of [`PRESENT_IDS`] ids are stored, in one statement (a packed
 /// part checks ~500 chunks; one statement each was a third of its flush
 /// thread's SQLite time). Callers pad a short list by repeating an id.
 pub const OBJ_PRESENT: &str = "SELECT id FROM objects WHERE id IN (
-     ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+     ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,
+     ?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32) AND fresh IS NULL
+     UNION ALL SELECT id FROM objects WHERE id IN (
+     ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,
+     ?17,?18,?19,?20,?21,?22,?23,?24,?25,?26,?27,?28,?29,?30,?31,?32) AND fresh = 1";
 pub const PRESENT_IDS: usize = 32;
 pub const OBJ_GET: &str =
-    "SELECT kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len FROM objects WHERE id = ?1";
-pub const OBJ_DEPTH: &str = "SELECT depth FROM objects WHERE id = ?1";
+    "SELECT kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len FROM objects
+     WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
+pub const OBJ_DEPTH: &str =
+    "SELECT depth FROM objects WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
 pub const OBJ_PREFIX: &str =
-    "SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 ORDER BY id LIMIT 5";
+    "SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 AND fresh IS NULL
+     UNION ALL
+     SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 AND fresh = 1
+     ORDER BY id LIMIT 5";
+/// The largest rowid: how many rows the Store has held, in one descent.
+pub const OBJ_MAX_ROWID: &str = "SELECT coalesce(max(rowid), 0) FROM objects";
+/// How many rows the fresh index holds (a walk of that small index).
+pub const FRESH_COUNT: &str = "SELECT count(*) FROM objects WHERE fresh = 1";
+/// The id `?2` fresh rows past `?1` in id order: where one fold
+/// transaction stops (checkpoint.rs).
+pub const FRESH_NTH_AFTER: &str =
+    "SELECT id FROM objects WHERE fresh = 1 AND id > ?1 ORDER BY id LIMIT 1 OFFSET ?2";
+/// Fold the fresh rows with ids in (?1, ?2] into `objects_id`. SQLite
+/// walks `objects_fresh` for them, so they reach `objects_id` in id order
+/// and each of its leaves is written once per fold however many rows land
+/// in it.
+pub const FOLD_RANGE: &str =
+    "UPDATE objects SET fresh = NULL WHERE fresh = 1 AND id > ?1 AND id <= ?2";
 pub const OBJ_ALL_IDS: &str = "SELECT rowid, id, kind, base FROM objects";
 pub const OBJ_ALL_BY_KIND: &str = "SELECT id FROM objects WHERE kind = ?1";
 pub const OBJ_DELETE_ROWID: &str = "DELETE FROM objects WHERE rowid = ?1";
@@ -130,3 +202,55 @@ pub const WAL_CHECKPOINT: &str = "PRAGMA wal_checkpoint(PASSIVE)";
 pub const SHRINK_MEMORY: &str = "PRAGMA shrink_memory";
 /// After gc: return freed pages to the filesystem and truncate the WAL.
 pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan SQLite chose for `q`, one line per step.
+    fn plan(conn: &rusqlite::Connection, q: &str, n: usize) -> Vec<String> {
+        let mut s = conn.prepare(&format!("EXPLAIN QUERY PLAN {q}")).unwrap();
+        let params = vec![rusqlite::types::Value::Blob(vec![7; 32]); n];
+        s.query_map(rusqlite::params_from_iter(params), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// A partial index serves only a query whose WHERE implies the index's
+    /// own, and SQLite scans the whole table otherwise, silently: every
+    /// statement that finds rows by id must search one of the two indexes
+    /// (SCHEMA says why there are two). The fresh rows may be walked in
+    /// their own index; the table never.
+    #[test]
+    fn every_lookup_by_id_uses_an_index() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        for (name, q, n) in [
+            ("OBJ_INSERT", OBJ_INSERT, 7),
+            ("OBJ_INSERT_PACKED", OBJ_INSERT_PACKED, 7),
+            ("OBJ_EXISTS", OBJ_EXISTS, 1),
+            ("OBJ_PRESENT", OBJ_PRESENT, PRESENT_IDS),
+            ("OBJ_GET", OBJ_GET, 1),
+            ("OBJ_DEPTH", OBJ_DEPTH, 1),
+            ("OBJ_PREFIX", OBJ_PREFIX, 3),
+            ("FRESH_COUNT", FRESH_COUNT, 0),
+            ("FRESH_NTH_AFTER", FRESH_NTH_AFTER, 2),
+            ("FOLD_RANGE", FOLD_RANGE, 2),
+        ] {
+            let steps = plan(&conn, q, n);
+            let on_objects: Vec<&String> = steps.iter().filter(|l| l.contains("objects")).collect();
+            assert!(!on_objects.is_empty(), "{name}: no step on objects: {steps:?}");
+            for l in on_objects {
+                assert!(
+                    l.contains("USING INDEX objects_")
+                        || l.contains("USING COVERING INDEX objects_"),
+                    "{name} does not search an id index: {steps:?}"
+                );
+            }
+        }
+        // The check can fail: a lookup without the `fresh` term scans.
+        let steps = plan(&conn, "SELECT 1 FROM objects WHERE id = ?1", 1);
+        assert!(steps.iter().any(|l| l == "SCAN objects"), "{steps:?}");
+    }
+}

@@ -14,7 +14,7 @@ use std::time::Duration;
 /// The format this build writes and the newest it can read. Version 2 added
 /// pack files (pack.rs); a version-1 Store is migrated when opened
 /// (`migrate`), after which older strata refuses it with `NewerVersion`.
-pub const FORMAT_VERSION: i64 = 2;
+pub const FORMAT_VERSION: i64 = 3;
 const FORMAT_NAME: &str = "strata-store";
 const DB_FILE: &str = "strata.db";
 const LOCK_FILE: &str = "lock";
@@ -483,9 +483,11 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Bring a version-1 Store to version 2 (the pack columns), in one write
-/// transaction that reads the version again, so two processes opening it
-/// at once migrate it once.
+/// Bring an older Store to this version, step by step (1 to 2: the pack
+/// columns; 2 to 3: the two indexes on `id`, which copies the `objects`
+/// table once), in one write transaction that reads the version again, so
+/// two processes opening it at once migrate it once, and a crash leaves
+/// the old version whole.
 fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")
         .ctx("begin migrating the Store")?;
@@ -494,9 +496,18 @@ fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
             .query_row(sql::META_GET, ["version"], |r| r.get(0))
             .optional()
             .ctx("read metadata")?;
-        if version.as_deref() == Some("1") {
+        let mut version: i64 = version.and_then(|v| v.parse().ok()).unwrap_or(0);
+        if version == 1 {
             conn.execute_batch(sql::MIGRATE_1_TO_2)
                 .ctx("add the pack columns")?;
+            version = 2;
+        }
+        if version == 2 {
+            conn.execute_batch(sql::MIGRATE_2_TO_3)
+                .ctx("make the fresh and folded indexes on object ids")?;
+            version = 3;
+        }
+        if version == FORMAT_VERSION {
             conn.execute(sql::META_PUT, ("version", FORMAT_VERSION.to_string()))
                 .ctx("write metadata")?;
         }

@@ -312,6 +312,7 @@ fn a_version_1_store_is_migrated_and_its_rows_still_read() {
     }
     // Make it what a version-1 build wrote: no pack columns, version 1.
     {
+        make_version_2(&dir);
         let conn = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
         conn.execute_batch(
             "ALTER TABLE objects DROP COLUMN pack_len; ALTER TABLE objects DROP COLUMN pack_off;
@@ -343,6 +344,97 @@ fn a_version_1_store_is_migrated_and_its_rows_still_read() {
         matches!(err, StoreError::NewerVersion { found: 99, .. }),
         "{err:?}"
     );
+}
+
+/// Make the Store at `dir` what a version-2 build wrote: one UNIQUE index
+/// on `id` (SQLite's automatic one), no `fresh` column, version 2.
+fn make_version_2(dir: &Path) {
+    let conn = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
+    conn.execute_batch(
+        "BEGIN;
+         CREATE TABLE objects_v2 (
+             rowid INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, kind INTEGER NOT NULL,
+             enc INTEGER NOT NULL, raw_len INTEGER NOT NULL, base BLOB, depth INTEGER NOT NULL,
+             data BLOB NOT NULL, pack INTEGER, pack_off INTEGER, pack_len INTEGER);
+         INSERT INTO objects_v2 SELECT rowid, id, kind, enc, raw_len, base, depth, data, pack,
+             pack_off, pack_len FROM objects;
+         DROP TABLE objects;
+         ALTER TABLE objects_v2 RENAME TO objects;
+         UPDATE meta SET value = '2' WHERE key = 'version';
+         COMMIT;",
+    )
+    .unwrap();
+}
+
+/// (rowid, id) of every row, in rowid order.
+fn row_ids(conn: &rusqlite::Connection) -> Vec<(i64, Vec<u8>)> {
+    conn.prepare("SELECT rowid, id FROM objects ORDER BY rowid")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Version 3 splits the index on object ids in two (docs/design.md "The
+/// object index"). A version-2 Store is copied into the new table once, at
+/// open: every row keeps its rowid and lands in the large index, and the
+/// files read back; new rows go to the fresh index, and gc folds them.
+#[test]
+fn a_version_2_store_is_migrated_to_two_indexes_and_its_rows_still_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let small = seeded_bytes(81, 300 << 10);
+    let big = seeded_bytes(82, 5 << 20);
+    let (dir, c, b, before) = {
+        let store = new_store(tmp.path());
+        let c = store.write_file_bytes(&small, None).unwrap();
+        let b = store_file(&store, tmp.path(), "big", &big);
+        commit(&store, "p/main", vec![("f", c.clone()), ("big", b.clone())]);
+        let dir = store.dir().to_path_buf();
+        drop(store);
+        make_version_2(&dir);
+        let conn = rusqlite::Connection::open(dir.join("strata.db")).unwrap();
+        (dir, c, b, row_ids(&conn))
+    };
+    assert!(before.len() > 100, "{} rows", before.len());
+    let store = Store::open(&dir, &StoreOptions::default()).unwrap();
+    let conn = db(&store);
+    let version: String = conn
+        .query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, "3");
+    let indexes: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'objects' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(indexes, ["objects_fresh", "objects_id"]);
+    assert_eq!(row_ids(&conn), before, "rows or rowids changed");
+    let fresh = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("SELECT count(*) FROM objects WHERE fresh = 1", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(fresh(&conn), 0);
+    assert_eq!(store.read_file_range(&c, 0, small.len()).unwrap(), small);
+    assert_eq!(store.read_file_range(&b, 0, big.len()).unwrap(), big);
+    // The same bytes again: found in the large index, nothing inserted.
+    let again = store_file(&store, tmp.path(), "again", &big);
+    assert_eq!(again, b);
+    assert_eq!(row_ids(&conn).len(), before.len());
+    // New bytes go to the fresh index; gc folds them into the large one.
+    let new = seeded_bytes(83, 3 << 20);
+    let n = store_file(&store, tmp.path(), "new", &new);
+    let made = fresh(&conn);
+    assert!(made > 100, "{made} fresh rows");
+    commit(&store, "p/main", vec![("new", n.clone())]);
+    let made = fresh(&conn);
+    let r = store.gc(&NoProgress).unwrap();
+    assert_eq!(r.folded, made as u64);
+    assert_eq!(fresh(&conn), 0);
+    assert_eq!(store.read_file_range(&n, 0, new.len()).unwrap(), new);
+    assert!(store.fsck(&NoProgress).unwrap().ok);
 }
 
 /// On ext4 a pack is appended with O_DIRECT (pack.rs says why): the
