@@ -4,7 +4,7 @@
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::id::Kind;
 use crate::id::ObjectId;
-use crate::objects::{delete_rowid, insert, insert_packed, present, Prepared};
+use crate::objects::{delete_rowid, folded, insert_fresh, insert_packed, present, Prepared};
 use crate::pack::{self, PackWriter};
 use crate::store::{PackGuard, Store};
 use std::collections::HashSet;
@@ -228,7 +228,7 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
         let result = (|| -> Result<usize> {
             let mut bytes = 0;
             while bytes < BATCH_BYTES {
-                let Some(mut part) = parts.next() else { break };
+                let Some(part) = parts.next() else { break };
                 let chunk_bytes: usize = part
                     .iter()
                     .filter(|p| packable(p))
@@ -246,17 +246,7 @@ fn insert_parts(store: &Store, parts: impl Iterator<Item = Vec<Prepared>>) -> Re
                     bytes += pack_part(&tx, w, part, &mut counts)?;
                     continue;
                 }
-                // In id order, each insert into the id index lands next to
-                // the last one (ids are hashes: in arrival order every
-                // insert searched and dirtied a random index page).
-                part.sort_unstable_by_key(|p| p.id);
-                for p in &part {
-                    bytes += p.data.len();
-                    if insert(&tx, p)? {
-                        counts.0 += 1;
-                        counts.1 += p.data.len() as u64;
-                    }
-                }
+                bytes += insert_rows(&tx, part, &mut counts)?;
             }
             // Bytes before rows: no committed row may name bytes a power
             // loss could take (pack.rs).
@@ -321,13 +311,20 @@ fn pack_part(
     let mut order: Vec<usize> = (0..part.len())
         .filter(|&i| packable(&part[i]) && once.insert(part[i].id))
         .collect();
-    if w.expect_stored {
+    {
         let mut ids: Vec<ObjectId> = order.iter().map(|&i| part[i].id).collect();
         // Looked up in id order: neighbouring keys, pages already cached.
         ids.sort_unstable();
-        let stored = present(tx, &ids)?;
+        // The folded index always (no id may go to the fresh index that is
+        // there: sql.rs SCHEMA); both when stored chunks are likely.
+        let stored = if w.expect_stored {
+            let stored = present(tx, &ids)?;
+            w.expect_stored = !stored.is_empty();
+            stored
+        } else {
+            folded(tx, &ids)?
+        };
         order.retain(|&i| !stored.contains(&part[i].id));
-        w.expect_stored = !stored.is_empty();
     }
     let offsets = loop {
         let offsets = w.plan(order.iter().map(|&i| part[i].data.len()));
@@ -373,9 +370,29 @@ fn pack_part(
         counts.1 += p.data.len() as u64;
     }
     part.retain(|p| !packable(p));
+    insert_rows(tx, part, counts)?;
+    Ok(bytes)
+}
+
+/// Insert `part`'s objects as rows (their bytes in SQLite), skipping those
+/// stored. Returns the part's bytes.
+///
+/// In id order, each insert into the id index lands next to the last one
+/// (ids are hashes: in arrival order every insert searched and dirtied a
+/// random index page). The folded index is looked up for the whole part
+/// first, 32 ids per statement (sql.rs SCHEMA).
+fn insert_rows(
+    tx: &rusqlite::Transaction<'_>,
+    mut part: Vec<Prepared>,
+    counts: &mut Counts,
+) -> Result<usize> {
     part.sort_unstable_by_key(|p| p.id);
+    let ids: Vec<ObjectId> = part.iter().map(|p| p.id).collect();
+    let stored = folded(tx, &ids)?;
+    let mut bytes = 0;
     for p in &part {
-        if insert(tx, p)? {
+        bytes += p.data.len();
+        if !stored.contains(&p.id) && insert_fresh(tx, p)? {
             counts.0 += 1;
             counts.1 += p.data.len() as u64;
         }

@@ -273,9 +273,18 @@ mod tests {
         blake3::hash(&i.to_le_bytes()).as_bytes().to_vec()
     }
 
+    /// Insert as the Store does (objects.rs); 1 if the row is new.
     fn insert(conn: &Connection, id: &[u8]) -> usize {
-        conn.execute(sql::OBJ_INSERT, (id, 1, 0, 4, None::<Vec<u8>>, 0, vec![0u8; 200]))
-            .unwrap()
+        let p = crate::objects::Prepared {
+            id: crate::id::ObjectId::from_slice(id).unwrap(),
+            kind: crate::id::Kind::Chunk,
+            enc: 0,
+            raw_len: 200,
+            base: None,
+            depth: 0,
+            data: vec![0u8; 200],
+        };
+        crate::objects::insert(conn, &p).unwrap() as usize
     }
 
     fn count(conn: &Connection, q: &str) -> i64 {

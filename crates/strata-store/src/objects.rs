@@ -220,8 +220,23 @@ pub(crate) fn prepare_delta(
     }
 }
 
-/// Insert unless present. Returns true if the object is new.
+/// Insert unless present (in either index: sql.rs `SCHEMA`). Returns true
+/// if the object is new.
 pub(crate) fn insert(conn: &Connection, p: &Prepared) -> Result<bool> {
+    let folded = conn
+        .prepare_cached(sql::OBJ_FOLDED)
+        .and_then(|mut s| s.exists([&p.id.0[..]]))
+        .ctx("look up an object")?;
+    if folded {
+        return Ok(false);
+    }
+    insert_fresh(conn, p)
+}
+
+/// Insert into the fresh index unless the id is there. Returns true if
+/// the object is new. The caller has found the id absent from the folded
+/// index ([`folded`]); an id in both would make the next fold fail.
+pub(crate) fn insert_fresh(conn: &Connection, p: &Prepared) -> Result<bool> {
     let n = conn
         .prepare_cached(sql::OBJ_INSERT)
         .and_then(|mut s| {
@@ -251,10 +266,27 @@ pub(crate) fn present(
     conn: &Connection,
     ids: &[ObjectId],
 ) -> Result<std::collections::HashSet<ObjectId>> {
+    ids_in(conn, sql::OBJ_PRESENT, ids)
+}
+
+/// The ids of `ids` in the large (folded) index, [`sql::PRESENT_IDS`] at a
+/// time: what must not go into the fresh one.
+pub(crate) fn folded(
+    conn: &Connection,
+    ids: &[ObjectId],
+) -> Result<std::collections::HashSet<ObjectId>> {
+    ids_in(conn, sql::OBJ_FOLDED_PRESENT, ids)
+}
+
+/// The ids of `ids` that `query` (of [`sql::PRESENT_IDS`] parameters)
+/// returns.
+fn ids_in(
+    conn: &Connection,
+    query: &str,
+    ids: &[ObjectId],
+) -> Result<std::collections::HashSet<ObjectId>> {
     let mut out = std::collections::HashSet::new();
-    let mut s = conn
-        .prepare_cached(sql::OBJ_PRESENT)
-        .ctx("look up objects")?;
+    let mut s = conn.prepare_cached(query).ctx("look up objects")?;
     for group in ids.chunks(sql::PRESENT_IDS) {
         let params: Vec<&[u8]> = (0..sql::PRESENT_IDS)
             .map(|i| &group[i.min(group.len() - 1)].0[..])
@@ -287,8 +319,10 @@ pub(crate) struct Row {
 }
 
 /// Index a chunk whose stored bytes are (to be) at `loc` in a pack
-/// (pack.rs). Returns the new row's rowid, or None if the id was stored
-/// already (the row is then left as it was).
+/// (pack.rs), in the fresh index. Returns the new row's rowid, or None if
+/// the id was there already (the row is then left as it was). As for
+/// [`insert_fresh`], the caller has found the id absent from the folded
+/// index.
 pub(crate) fn insert_packed(
     conn: &Connection,
     p: &Prepared,

@@ -12,7 +12,7 @@
 /// the checkpoint thread later folds fresh rows into the large
 /// `objects_id` index (`fresh` NULL) in id order, many at a time. An id is
 /// in at most one of them: an insert first looks in `objects_id`
-/// ([`OBJ_INSERT`]), and each index is UNIQUE. Every lookup by id names
+/// ([`OBJ_FOLDED`]), and each index is UNIQUE. Every lookup by id names
 /// both, as `fresh IS NULL OR fresh = 1`: a partial index serves only a
 /// query whose WHERE implies the index's own, and without the term SQLite
 /// scans the table (`tests::every_lookup_by_id_uses_an_index`).
@@ -59,13 +59,21 @@ pub const META_PUT: &str = "INSERT OR REPLACE INTO meta (key, value) VALUES (?1,
 pub const HAS_META_TABLE: &str =
     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'";
 
-/// A new object goes into the fresh index, unless its id is in either
-/// index: `objects_id` by the NOT EXISTS, `objects_fresh` by its UNIQUE
-/// (OR IGNORE). One row changed means the object is new.
+/// A new object goes into the fresh index, unless its id is there
+/// already (OR IGNORE: one row changed means it is new). The caller has
+/// looked in `objects_id` first ([`OBJ_FOLDED`], [`OBJ_FOLDED_PRESENT`]):
+/// an `INSERT ... SELECT ... WHERE NOT EXISTS` on the same table did both
+/// in one statement, but SQLite then stages each row in a temporary table,
+/// and that cost ~3 µs per row, more than the search (docs/benchmarks.md
+/// "The chunk index grows with the Store").
 pub const OBJ_INSERT: &str =
     "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, fresh)
-     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, 1
-     WHERE NOT EXISTS (SELECT 1 FROM objects WHERE id = ?1 AND fresh IS NULL)";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1)";
+/// Whether an id is in the large (folded) index.
+pub const OBJ_FOLDED: &str = "SELECT 1 FROM objects WHERE id = ?1 AND fresh IS NULL";
+/// Which of [`PRESENT_IDS`] ids are in the large (folded) index.
+pub const OBJ_FOLDED_PRESENT: &str = "SELECT id FROM objects WHERE id IN (
+     ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) AND fresh IS NULL";
 /// Format version 1 to 2: the pack columns (an O(1) change in SQLite:
 /// existing rows read them as NULL).
 pub const MIGRATE_1_TO_2: &str = "ALTER TABLE objects ADD COLUMN pack INTEGER;
@@ -101,8 +109,7 @@ CREATE UNIQUE INDEX objects_fresh ON objects(id) WHERE fresh = 1;
 /// As [`OBJ_INSERT`], for a chunk whose bytes are in a pack.
 pub const OBJ_INSERT_PACKED: &str =
     "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len, fresh)
-     SELECT ?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7, 1
-     WHERE NOT EXISTS (SELECT 1 FROM objects WHERE id = ?1 AND fresh IS NULL)";
+     VALUES (?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7, 1)";
 pub const OBJ_EXISTS: &str =
     "SELECT 1 FROM objects WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
 /// Which of [`PRESENT_IDS`] ids are stored, in one statement (a packed
@@ -227,8 +234,8 @@ mod tests {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         for (name, q, n) in [
-            ("OBJ_INSERT", OBJ_INSERT, 7),
-            ("OBJ_INSERT_PACKED", OBJ_INSERT_PACKED, 7),
+            ("OBJ_FOLDED", OBJ_FOLDED, 1),
+            ("OBJ_FOLDED_PRESENT", OBJ_FOLDED_PRESENT, PRESENT_IDS),
             ("OBJ_EXISTS", OBJ_EXISTS, 1),
             ("OBJ_PRESENT", OBJ_PRESENT, PRESENT_IDS),
             ("OBJ_GET", OBJ_GET, 1),
