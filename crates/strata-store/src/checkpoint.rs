@@ -39,15 +39,6 @@ pub(crate) const CHECKPOINT_PAGES: i64 = 4096;
 /// index's leaves for fewer rows.
 pub(crate) const FRESH_MAX: i64 = 65_536;
 
-/// Fold only in a Store that has held this many rows (~1 GiB of chunks;
-/// its largest rowid, which SQLite finds in one descent). Below that, one
-/// index is small enough that a commit's inserts cost about what they
-/// cost in the fresh one, and a fold, which rewrites each row it moves,
-/// would be pure cost: fresh 32 MiB commits on an empty Store took 5-15
-/// ms more CPU with it (docs/benchmarks.md "The chunk index grows with
-/// the Store"). The first fold then moves everything at once.
-pub(crate) const FOLD_FROM_ROWS: i64 = 4 * FRESH_MAX;
-
 /// Rows folded per write transaction: each holds the Store's write lock
 /// for one slice of the id range (tens of ms at 4 GiB), so a commit waits
 /// at most that long for a fold.
@@ -168,11 +159,10 @@ pub(crate) fn checkpoint_if_due(conn: &Connection) -> Result<bool> {
     Ok(true)
 }
 
-/// Fold the fresh index if a checkpoint is due, the Store has held
-/// `FOLD_FROM_ROWS` rows and the fresh index holds `FRESH_MAX` or more.
-/// Returns the rows folded.
+/// Fold the fresh index if a checkpoint is due and the fresh index holds
+/// `FRESH_MAX` rows or more. Returns the rows folded.
 pub(crate) fn fold_if_due(conn: &Connection, stop: &dyn Fn() -> bool) -> Result<u64> {
-    if fold_due(conn, CHECKPOINT_PAGES, FOLD_FROM_ROWS, FRESH_MAX)? {
+    if fold_due(conn, CHECKPOINT_PAGES, FRESH_MAX)? {
         fold(conn, stop)
     } else {
         Ok(0)
@@ -180,20 +170,13 @@ pub(crate) fn fold_if_due(conn: &Connection, stop: &dyn Fn() -> bool) -> Result<
 }
 
 /// The test of [`fold_if_due`], with its thresholds as arguments. The
-/// cheap checks first: the WAL's size and the largest rowid are read in
-/// O(1) and O(log n); counting the fresh rows walks their index, so not
-/// after every small write.
-fn fold_due(conn: &Connection, wal_pages: i64, from_rows: i64, fresh_max: i64) -> Result<bool> {
+/// WAL's size first, read for free: counting the fresh rows walks their
+/// index, so not after every small write.
+fn fold_due(conn: &Connection, wal_pages: i64, fresh_max: i64) -> Result<bool> {
     let (log, done): (i64, i64) = conn
         .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
         .ctx("read the WAL's size")?;
     if log < wal_pages || done >= log {
-        return Ok(false);
-    }
-    let rows: i64 = conn
-        .query_row(sql::OBJ_MAX_ROWID, [], |r| r.get(0))
-        .ctx("read the largest object rowid")?;
-    if rows < from_rows {
         return Ok(false);
     }
     let fresh: i64 = conn
@@ -216,9 +199,7 @@ pub(crate) fn fold(conn: &Connection, stop: &dyn Fn() -> bool) -> Result<u64> {
             .ctx("begin a fold of the fresh object index")?;
         let slice = || -> Result<(Option<Vec<u8>>, usize)> {
             let upto: Option<Vec<u8>> = conn
-                .query_row(sql::FRESH_NTH_AFTER, (&after, FOLD_BATCH - 1), |r| {
-                    r.get(0)
-                })
+                .query_row(sql::FRESH_NTH_AFTER, (&after, FOLD_BATCH - 1), |r| r.get(0))
                 .optional()
                 .ctx("find a fold's slice")?;
             let end = upto.clone().unwrap_or_else(|| vec![0xff; 33]);
@@ -257,7 +238,8 @@ mod tests {
     /// directory, and `n` rows inserted as a commit inserts them.
     fn db_with(n: u32, dir: &std::path::Path) -> Connection {
         let conn = Connection::open(dir.join("t.db")).unwrap();
-        conn.query_row(sql::JOURNAL_MODE_WAL, [], |_| Ok(())).unwrap();
+        conn.query_row(sql::JOURNAL_MODE_WAL, [], |_| Ok(()))
+            .unwrap();
         conn.execute_batch(sql::SCHEMA).unwrap();
         conn.execute_batch(sql::NO_AUTOCHECKPOINT).unwrap();
         let tx = conn.unchecked_transaction().unwrap();
@@ -304,10 +286,14 @@ mod tests {
         assert_eq!(fold(&conn, &|| true).unwrap(), FOLD_BATCH as u64);
         assert_eq!(count(&conn, IN_ID), FOLD_BATCH);
         let max_folded: Vec<u8> = conn
-            .query_row("SELECT max(id) FROM objects WHERE fresh IS NULL", [], |r| r.get(0))
+            .query_row("SELECT max(id) FROM objects WHERE fresh IS NULL", [], |r| {
+                r.get(0)
+            })
             .unwrap();
         let min_fresh: Vec<u8> = conn
-            .query_row("SELECT min(id) FROM objects WHERE fresh = 1", [], |r| r.get(0))
+            .query_row("SELECT min(id) FROM objects WHERE fresh = 1", [], |r| {
+                r.get(0)
+            })
             .unwrap();
         assert!(max_folded < min_fresh);
         // An id in either index is not inserted again, and is found.
@@ -320,7 +306,10 @@ mod tests {
                 .unwrap());
         }
         // The rest, to the end.
-        assert_eq!(fold(&conn, &|| false).unwrap(), (n as i64 - FOLD_BATCH) as u64);
+        assert_eq!(
+            fold(&conn, &|| false).unwrap(),
+            (n as i64 - FOLD_BATCH) as u64
+        );
         assert_eq!(count(&conn, sql::FRESH_COUNT), 0);
         assert_eq!(count(&conn, IN_ID), n as i64);
         assert_eq!(count(&conn, "SELECT count(*) FROM objects"), n as i64);
@@ -332,26 +321,24 @@ mod tests {
     }
 
     #[test]
-    fn a_fold_is_due_only_with_a_long_wal_a_large_store_and_a_full_fresh_index() {
+    fn a_fold_is_due_only_with_a_long_wal_and_a_full_fresh_index() {
         let tmp = tempfile::tempdir().unwrap();
         let conn = db_with(999, tmp.path());
         let (log, _): (i64, i64) = conn
             .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
             .unwrap();
         assert!(log > 40, "the WAL is only {log} pages");
-        // Every condition met: due.
-        assert!(fold_due(&conn, 40, 999, 999).unwrap());
+        // Both conditions met: due.
+        assert!(fold_due(&conn, 40, 999).unwrap());
         // The fresh index one row short.
-        assert!(!fold_due(&conn, 40, 999, 1000).unwrap());
-        // The Store has held too few rows.
-        assert!(!fold_due(&conn, 40, 1000, 999).unwrap());
+        assert!(!fold_due(&conn, 40, 1000).unwrap());
         // The WAL too short.
-        assert!(!fold_due(&conn, log + 1, 999, 999).unwrap());
+        assert!(!fold_due(&conn, log + 1, 999).unwrap());
         // With the WAL copied, never, whatever the thresholds.
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
-        assert!(!fold_due(&conn, 0, 0, 0).unwrap());
+        assert!(!fold_due(&conn, 0, 0).unwrap());
         // The thresholds in use, in the order the doc comments give.
-        const { assert!(FOLD_BATCH < FRESH_MAX && FRESH_MAX < FOLD_FROM_ROWS) };
+        const { assert!(FOLD_BATCH < FRESH_MAX) };
     }
 }

@@ -110,8 +110,7 @@ CREATE UNIQUE INDEX objects_fresh ON objects(id) WHERE fresh = 1;
 pub const OBJ_INSERT_PACKED: &str =
     "INSERT OR IGNORE INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len, fresh)
      VALUES (?1, ?2, ?3, ?4, NULL, 0, X'', ?5, ?6, ?7, 1)";
-pub const OBJ_EXISTS: &str =
-    "SELECT 1 FROM objects WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
+pub const OBJ_EXISTS: &str = "SELECT 1 FROM objects WHERE id = ?1 AND (fresh IS NULL OR fresh = 1)";
 /// Which of [`PRESENT_IDS`] ids are stored, in one statement (a packed
 /// part checks ~500 chunks; one statement each was a third of its flush
 /// thread's SQLite time). Callers pad a short list by repeating an id.
@@ -132,8 +131,6 @@ pub const OBJ_PREFIX: &str =
      UNION ALL
      SELECT id FROM objects WHERE kind = ?1 AND id >= ?2 AND id <= ?3 AND fresh = 1
      ORDER BY id LIMIT 5";
-/// The largest rowid: how many rows the Store has held, in one descent.
-pub const OBJ_MAX_ROWID: &str = "SELECT coalesce(max(rowid), 0) FROM objects";
 /// How many rows the fresh index holds (a walk of that small index).
 pub const FRESH_COUNT: &str = "SELECT count(*) FROM objects WHERE fresh = 1";
 /// The id `?2` fresh rows past `?1` in id order: where one fold
@@ -218,10 +215,12 @@ mod tests {
     fn plan(conn: &rusqlite::Connection, q: &str, n: usize) -> Vec<String> {
         let mut s = conn.prepare(&format!("EXPLAIN QUERY PLAN {q}")).unwrap();
         let params = vec![rusqlite::types::Value::Blob(vec![7; 32]); n];
-        s.query_map(rusqlite::params_from_iter(params), |r| r.get::<_, String>(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+        s.query_map(rusqlite::params_from_iter(params), |r| {
+            r.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
     }
 
     /// A partial index serves only a query whose WHERE implies the index's
@@ -247,7 +246,10 @@ mod tests {
         ] {
             let steps = plan(&conn, q, n);
             let on_objects: Vec<&String> = steps.iter().filter(|l| l.contains("objects")).collect();
-            assert!(!on_objects.is_empty(), "{name}: no step on objects: {steps:?}");
+            assert!(
+                !on_objects.is_empty(),
+                "{name}: no step on objects: {steps:?}"
+            );
             for l in on_objects {
                 assert!(
                     l.contains("USING INDEX objects_")

@@ -400,7 +400,9 @@ fn a_version_2_store_is_migrated_to_two_indexes_and_its_rows_still_read() {
     let store = Store::open(&dir, &StoreOptions::default()).unwrap();
     let conn = db(&store);
     let version: String = conn
-        .query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| r.get(0))
+        .query_row("SELECT value FROM meta WHERE key = 'version'", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(version, "3");
     let indexes: Vec<String> = conn
@@ -413,8 +415,10 @@ fn a_version_2_store_is_migrated_to_two_indexes_and_its_rows_still_read() {
     assert_eq!(indexes, ["objects_fresh", "objects_id"]);
     assert_eq!(row_ids(&conn), before, "rows or rowids changed");
     let fresh = |conn: &rusqlite::Connection| -> i64 {
-        conn.query_row("SELECT count(*) FROM objects WHERE fresh = 1", [], |r| r.get(0))
-            .unwrap()
+        conn.query_row("SELECT count(*) FROM objects WHERE fresh = 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap()
     };
     assert_eq!(fresh(&conn), 0);
     assert_eq!(store.read_file_range(&c, 0, small.len()).unwrap(), small);
