@@ -273,7 +273,7 @@ mod tests {
         conn.query_row(q, [], |r| r.get(0)).unwrap()
     }
 
-    const IN_ID: &str = "SELECT count(*) FROM objects WHERE fresh IS NULL";
+    const IN_ID: &str = sql::probe::FOLDED_COUNT;
 
     #[test]
     fn a_fold_moves_every_fresh_row_once_and_lookups_find_both() {
@@ -286,14 +286,10 @@ mod tests {
         assert_eq!(fold(&conn, &|| true).unwrap(), FOLD_BATCH as u64);
         assert_eq!(count(&conn, IN_ID), FOLD_BATCH);
         let max_folded: Vec<u8> = conn
-            .query_row("SELECT max(id) FROM objects WHERE fresh IS NULL", [], |r| {
-                r.get(0)
-            })
+            .query_row(sql::probe::FOLDED_MAX_ID, [], |r| r.get(0))
             .unwrap();
         let min_fresh: Vec<u8> = conn
-            .query_row("SELECT min(id) FROM objects WHERE fresh = 1", [], |r| {
-                r.get(0)
-            })
+            .query_row(sql::probe::FRESH_MIN_ID, [], |r| r.get(0))
             .unwrap();
         assert!(max_folded < min_fresh);
         // An id in either index is not inserted again, and is found.
@@ -312,7 +308,7 @@ mod tests {
         );
         assert_eq!(count(&conn, sql::FRESH_COUNT), 0);
         assert_eq!(count(&conn, IN_ID), n as i64);
-        assert_eq!(count(&conn, "SELECT count(*) FROM objects"), n as i64);
+        assert_eq!(count(&conn, sql::probe::ALL_COUNT), n as i64);
         // A row made after the fold goes to the fresh index again.
         assert_eq!(insert(&conn, &id(n)), 1);
         assert_eq!(count(&conn, sql::FRESH_COUNT), 1);
@@ -335,7 +331,7 @@ mod tests {
         // The WAL too short.
         assert!(!fold_due(&conn, log + 1, 999).unwrap());
         // With the WAL copied, never, whatever the thresholds.
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        conn.query_row(sql::probe::WAL_TRUNCATE, [], |_| Ok(()))
             .unwrap();
         assert!(!fold_due(&conn, 0, 0).unwrap());
         // The thresholds in use, in the order the doc comments give.

@@ -207,6 +207,16 @@ pub const SHRINK_MEMORY: &str = "PRAGMA shrink_memory";
 /// After gc: return freed pages to the filesystem and truncate the WAL.
 pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";
 
+/// Statements only unit tests run, to look into the two indexes on `id`.
+#[cfg(test)]
+pub mod probe {
+    pub const FOLDED_COUNT: &str = "SELECT count(*) FROM objects WHERE fresh IS NULL";
+    pub const ALL_COUNT: &str = "SELECT count(*) FROM objects";
+    pub const FOLDED_MAX_ID: &str = "SELECT max(id) FROM objects WHERE fresh IS NULL";
+    pub const FRESH_MIN_ID: &str = "SELECT min(id) FROM objects WHERE fresh = 1";
+    pub const WAL_TRUNCATE: &str = "PRAGMA wal_checkpoint(TRUNCATE)";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
