@@ -387,6 +387,20 @@ impl Store {
                 Err(e) => problems.push(format!("{} ({}): {e}", id.to_hex(), k.name())),
             }
         }
+        {
+            let mut s = conn.prepare(sql::IDS_IN_BOTH).ctx("check the id indexes")?;
+            let both: Vec<Vec<u8>> = s
+                .query_map([], |r| r.get(0))
+                .ctx("check the id indexes")?
+                .collect::<Result<_, _>>()
+                .ctx("check the id indexes")?;
+            for id in both {
+                problems.push(format!(
+                    "{}: indexed twice, as fresh and as folded; the fresh index cannot be folded until one row goes (docs/design.md \"The object index\")",
+                    hex::encode(id)
+                ));
+            }
+        }
         let reachable = mark(&conn, &mut problems)?;
         progress.finish();
         Ok(FsckReport {

@@ -207,6 +207,11 @@ pub const SHRINK_MEMORY: &str = "PRAGMA shrink_memory";
 /// After gc: return freed pages to the filesystem and truncate the WAL.
 pub const GC_SHRINK: &str = "PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);";
 
+/// Ids in both indexes (fsck): none may be (`SCHEMA`), and a fold would
+/// fail on one. Walks the fresh index, one search of the large one each.
+pub const IDS_IN_BOTH: &str = "SELECT f.id FROM objects f WHERE f.fresh = 1
+     AND EXISTS (SELECT 1 FROM objects o WHERE o.id = f.id AND o.fresh IS NULL)";
+
 /// Statements only unit tests run, to look into the two indexes on `id`.
 #[cfg(test)]
 pub mod probe {
@@ -253,6 +258,7 @@ mod tests {
             ("FRESH_COUNT", FRESH_COUNT, 0),
             ("FRESH_NTH_AFTER", FRESH_NTH_AFTER, 2),
             ("FOLD_RANGE", FOLD_RANGE, 2),
+            ("IDS_IN_BOTH", IDS_IN_BOTH, 0),
         ] {
             let steps = plan(&conn, q, n);
             let on_objects: Vec<&String> = steps.iter().filter(|l| l.contains("objects")).collect();

@@ -439,6 +439,33 @@ fn a_version_2_store_is_migrated_to_two_indexes_and_its_rows_still_read() {
     assert_eq!(fresh(&conn), 0);
     assert_eq!(store.read_file_range(&n, 0, new.len()).unwrap(), new);
     assert!(store.fsck(&NoProgress).unwrap().ok);
+
+    // A row indexed in both (which no insert makes) is reported by fsck.
+    let (rowid, id): (i64, Vec<u8>) = conn
+        .query_row(
+            "SELECT rowid, id FROM objects WHERE kind = 1 LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    conn.execute(
+        "INSERT INTO objects (id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len, fresh)
+         SELECT id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len, 1
+         FROM objects WHERE rowid = ?1",
+        [rowid],
+    )
+    .unwrap();
+    let report = store.fsck(&NoProgress).unwrap();
+    assert!(!report.ok);
+    let hex_id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.starts_with(&hex_id) && p.contains("indexed twice")),
+        "{:?}",
+        report.problems
+    );
 }
 
 /// On ext4 a pack is appended with O_DIRECT (pack.rs says why): the
