@@ -7,7 +7,9 @@
 //! /var/tmp; MIXED: each file shares half its chunks with the one before;
 //! PRELOAD=N: first fill the Store with N fresh 32 MiB files, untimed).
 //! Each run also prints the bytes the process wrote since the run before:
-//! the pack's 32 MiB, the WAL frames and the checkpoint's copies.
+//! the pack's 32 MiB, the WAL frames and the checkpoint's copies. At the
+//! end it prints the process's resident memory, a second after the last
+//! commit.
 
 mod common;
 use common::random;
@@ -92,5 +94,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t[t.len() / 2],
         cpu[cpu.len() / 2]
     );
+    // What the process keeps once its threads are idle (a daemon forks
+    // with it): after a second for the checkpoint thread's last work.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    let rss = status.lines().find(|l| l.starts_with("VmRSS:"));
+    eprintln!("{}", rss.ok_or("/proc/self/status has no VmRSS line")?);
     Ok(())
 }
