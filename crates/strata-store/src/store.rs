@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// The format this build writes and the newest it can read. Version 2 added
-/// pack files (pack.rs); a version-1 Store is migrated when opened
-/// (`migrate`), after which older strata refuses it with `NewerVersion`.
+/// pack files (pack.rs), version 3 the two indexes on object ids (sql.rs
+/// `SCHEMA`); an older Store is migrated when opened (`migrate`), after
+/// which older strata refuses it with `NewerVersion`.
 pub const FORMAT_VERSION: i64 = 3;
 const FORMAT_NAME: &str = "strata-store";
 const DB_FILE: &str = "strata.db";
