@@ -25,7 +25,7 @@
 
 use crate::error::{Result, SqlCtx};
 use crate::sql;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -114,13 +114,8 @@ fn run(conn: &Connection, shared: &Shared) {
             }
             f.wrote = false;
         }
-        if let Err(e) = fold_if_due(conn, &|| {
-            shared
-                .flags
-                .lock()
-                .map(|f| f.stop)
-                .unwrap_or_else(|p| p.into_inner().stop)
-        }) {
+        let stop = || shared.flags.lock().unwrap_or_else(|p| p.into_inner()).stop;
+        if let Err(e) = fold_if_due(conn, &stop) {
             // The fresh index keeps growing until a fold succeeds; lookups
             // and inserts stay correct meanwhile, only slower.
             tracing::warn!("folding the fresh object index: {e}");
@@ -147,16 +142,21 @@ fn run(conn: &Connection, shared: &Shared) {
 /// page by page. Copying such a tail costs a few pages and two fsyncs off
 /// the writers' path, once per long WAL: the next write starts it over.
 pub(crate) fn checkpoint_if_due(conn: &Connection) -> Result<bool> {
-    // NOOP: the WAL's frame count and how many are copied, for free.
-    let (log, done): (i64, i64) = conn
-        .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
-        .ctx("read the WAL's size")?;
-    if log < CHECKPOINT_PAGES || done >= log {
+    if !wal_due(conn, CHECKPOINT_PAGES)? {
         return Ok(false);
     }
     conn.query_row(sql::WAL_CHECKPOINT, [], |_| Ok(()))
         .ctx("checkpoint the WAL")?;
     Ok(true)
+}
+
+/// Whether the WAL is `pages` or longer with some of it not yet copied.
+/// NOOP reads the WAL's frame count and how many are copied, for free.
+fn wal_due(conn: &Connection, pages: i64) -> Result<bool> {
+    let (log, done): (i64, i64) = conn
+        .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
+        .ctx("read the WAL's size")?;
+    Ok(log >= pages && done < log)
 }
 
 /// Fold the fresh index if a checkpoint is due and the fresh index holds
@@ -173,10 +173,7 @@ pub(crate) fn fold_if_due(conn: &Connection, stop: &dyn Fn() -> bool) -> Result<
 /// WAL's size first, read for free: counting the fresh rows walks their
 /// index, so not after every small write.
 fn fold_due(conn: &Connection, wal_pages: i64, fresh_max: i64) -> Result<bool> {
-    let (log, done): (i64, i64) = conn
-        .query_row(sql::WAL_PENDING, [], |r| Ok((r.get(1)?, r.get(2)?)))
-        .ctx("read the WAL's size")?;
-    if log < wal_pages || done >= log {
+    if !wal_due(conn, wal_pages)? {
         return Ok(false);
     }
     let fresh: i64 = conn
@@ -195,33 +192,18 @@ pub(crate) fn fold(conn: &Connection, stop: &dyn Fn() -> bool) -> Result<u64> {
     let mut after: Vec<u8> = Vec::new();
     let mut total = 0u64;
     loop {
-        conn.execute_batch("BEGIN IMMEDIATE")
+        // Rolled back when dropped uncommitted, on any error below.
+        let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
             .ctx("begin a fold of the fresh object index")?;
-        let slice = || -> Result<(Option<Vec<u8>>, usize)> {
-            let upto: Option<Vec<u8>> = conn
-                .query_row(sql::FRESH_NTH_AFTER, (&after, FOLD_BATCH - 1), |r| r.get(0))
-                .optional()
-                .ctx("find a fold's slice")?;
-            let end = upto.clone().unwrap_or_else(|| vec![0xff; 33]);
-            let n = conn
-                .execute(sql::FOLD_RANGE, (&after, &end))
-                .ctx("fold a slice of the fresh object index")?;
-            Ok((upto, n))
-        };
-        let (upto, n) = match slice() {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(e);
-            }
-        };
-        if let Err(e) = conn
-            .execute_batch("COMMIT")
-            .ctx("commit a fold of the fresh object index")
-        {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(e);
-        }
+        let upto: Option<Vec<u8>> = tx
+            .query_row(sql::FRESH_NTH_AFTER, (&after, FOLD_BATCH - 1), |r| r.get(0))
+            .optional()
+            .ctx("find a fold's slice")?;
+        let end = upto.clone().unwrap_or_else(|| vec![0xff; 33]);
+        let n = tx
+            .execute(sql::FOLD_RANGE, (&after, &end))
+            .ctx("fold a slice of the fresh object index")?;
+        tx.commit().ctx("commit a fold of the fresh object index")?;
         total += n as u64;
         match upto {
             Some(u) if !stop() => after = u,
@@ -282,8 +264,6 @@ mod tests {
         conn.query_row(q, [], |r| r.get(0)).unwrap()
     }
 
-    const IN_ID: &str = sql::probe::FOLDED_COUNT;
-
     #[test]
     fn a_fold_moves_every_fresh_row_once_and_lookups_find_both() {
         let tmp = tempfile::tempdir().unwrap();
@@ -293,7 +273,7 @@ mod tests {
         // Stopped after its first slice, a fold moves exactly one slice,
         // the lowest ids.
         assert_eq!(fold(&conn, &|| true).unwrap(), FOLD_BATCH as u64);
-        assert_eq!(count(&conn, IN_ID), FOLD_BATCH);
+        assert_eq!(count(&conn, sql::probe::FOLDED_COUNT), FOLD_BATCH);
         let max_folded: Vec<u8> = conn
             .query_row(sql::probe::FOLDED_MAX_ID, [], |r| r.get(0))
             .unwrap();
@@ -316,7 +296,7 @@ mod tests {
             (n as i64 - FOLD_BATCH) as u64
         );
         assert_eq!(count(&conn, sql::FRESH_COUNT), 0);
-        assert_eq!(count(&conn, IN_ID), n as i64);
+        assert_eq!(count(&conn, sql::probe::FOLDED_COUNT), n as i64);
         assert_eq!(count(&conn, sql::probe::ALL_COUNT), n as i64);
         // A row made after the fold goes to the fresh index again.
         assert_eq!(insert(&conn, &id(n)), 1);

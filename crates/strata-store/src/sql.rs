@@ -80,31 +80,17 @@ pub const MIGRATE_1_TO_2: &str = "ALTER TABLE objects ADD COLUMN pack INTEGER;
      ALTER TABLE objects ADD COLUMN pack_off INTEGER;
      ALTER TABLE objects ADD COLUMN pack_len INTEGER;";
 /// Format version 2 to 3: the two indexes on `id`. SQLite cannot drop
-/// the index a column's UNIQUE made, so the table is made again and the
-/// rows copied (rowids kept), in the migration's one transaction; every
-/// row starts in `objects_id`.
-pub const MIGRATE_2_TO_3: &str = "
-CREATE TABLE objects_v3 (
-    rowid   INTEGER PRIMARY KEY,
-    id      BLOB NOT NULL,
-    kind    INTEGER NOT NULL,
-    enc     INTEGER NOT NULL,
-    raw_len INTEGER NOT NULL,
-    base    BLOB,
-    depth   INTEGER NOT NULL,
-    data    BLOB NOT NULL,
-    pack     INTEGER,
-    pack_off INTEGER,
-    pack_len INTEGER,
-    fresh    INTEGER
-);
-INSERT INTO objects_v3 (rowid, id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len)
+/// the index a column's UNIQUE made, so the old table is set aside,
+/// [`SCHEMA`] makes the new one with its indexes (every other table
+/// exists: `IF NOT EXISTS`), and [`MIGRATE_2_TO_3_COPY`] copies the rows
+/// (rowids kept; every row lands in `objects_id`) and drops the old
+/// table, all in the migration's one transaction (store.rs `migrate`).
+pub const MIGRATE_2_TO_3_SET_ASIDE: &str = "ALTER TABLE objects RENAME TO objects_v2;";
+pub const MIGRATE_2_TO_3_COPY: &str = "
+INSERT INTO objects (rowid, id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len)
     SELECT rowid, id, kind, enc, raw_len, base, depth, data, pack, pack_off, pack_len
-    FROM objects ORDER BY rowid;
-DROP TABLE objects;
-ALTER TABLE objects_v3 RENAME TO objects;
-CREATE UNIQUE INDEX objects_id ON objects(id) WHERE fresh IS NULL;
-CREATE UNIQUE INDEX objects_fresh ON objects(id) WHERE fresh = 1;
+    FROM objects_v2 ORDER BY rowid;
+DROP TABLE objects_v2;
 ";
 /// As [`OBJ_INSERT`], for a chunk whose bytes are in a pack.
 pub const OBJ_INSERT_PACKED: &str =

@@ -504,8 +504,10 @@ fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
             version = 2;
         }
         if version == 2 {
-            conn.execute_batch(sql::MIGRATE_2_TO_3)
-                .ctx("make the fresh and folded indexes on object ids")?;
+            let ctx = "make the fresh and folded indexes on object ids";
+            conn.execute_batch(sql::MIGRATE_2_TO_3_SET_ASIDE).ctx(ctx)?;
+            conn.execute_batch(sql::SCHEMA).ctx(ctx)?;
+            conn.execute_batch(sql::MIGRATE_2_TO_3_COPY).ctx(ctx)?;
             version = 3;
         }
         if version == FORMAT_VERSION {
