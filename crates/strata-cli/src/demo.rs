@@ -108,7 +108,7 @@ fn steps(d: &mut Demo, tmp: &Path, allow_any_fs: bool) -> Result<(), Failed> {
             .commit
             .ok_or_else(|| anyhow!("the snapshot made no commit"))?;
         // O(edit), not O(file): a few chunks and manifest pages, not 8 MiB.
-        let bound = 8 * strata_store::CHUNK_MAX as u64;
+        let bound = 8 * strata_store::Cdc::for_size(BIG as u64).max as u64;
         ensure!(
             r.new_bytes < bound,
             "the edit stored {} new bytes, more than {} for a 10-byte edit",

@@ -5,7 +5,8 @@
 //! Run: `[MIXED=1] cargo run --release -p strata-store --example
 //! fresh_commit [-- DIR [RUNS]]` (DIR on the Store's disk, default
 //! /var/tmp; MIXED: each file shares half its chunks with the one before;
-//! PRELOAD=N: first fill the Store with N fresh 32 MiB files, untimed).
+//! PRELOAD=N: first fill the Store with N fresh 32 MiB files, untimed;
+//! GAP=MS: idle that long before each commit).
 //! Each run also prints the bytes the process wrote since the run before:
 //! the pack's 32 MiB, the WAL frames and the checkpoint's copies. At the
 //! end it prints the process's resident memory, a second after the last
@@ -72,7 +73,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut last_w = written()?;
     let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     eprintln!("commits start at {}.{:06}", now.tv_sec, now.tv_nsec / 1000);
+    // GAP=MS idles that long before each commit, as the bench's row does
+    // while it writes the next file: the checkpoint of the commit before
+    // then runs outside the timed commit.
+    let gap: u64 = std::env::var("GAP").map_or(Ok(0), |v| v.parse())?;
     for (r, src) in srcs.iter().enumerate() {
+        std::thread::sleep(std::time::Duration::from_millis(gap));
         let (start, cpu0) = (std::time::Instant::now(), cpu_ms());
         store.write_file_from_path(src, None)?;
         let d = start.elapsed().as_secs_f64() * 1e3;

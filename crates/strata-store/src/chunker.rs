@@ -2,14 +2,82 @@
 //! content-defined page boundaries of manifest and tree pages.
 //!
 //! The parameters are part of the format: changing them changes every id.
-//! Small chunks keep an edit cheap: an edit rewrites about one chunk
-//! (~4 KiB) plus one page per manifest level (~1 KiB each).
+//! A file is cut with the parameters of its size class ([`Cdc::for_size`],
+//! docs/design.md "Chunk sizes"): small chunks (~4 KiB) for a file under
+//! [`LARGE_FILE`], so an edit rewrites about one chunk plus one page per
+//! manifest level (~1 KiB each); large chunks (~64 KiB) from there on, so
+//! a large file costs a sixteenth of the index rows, id computations and
+//! randomness tests per byte (the fresh file's commit step was bound by
+//! them, docs/benchmarks.md "Large chunks for large files"). The class
+//! depends on the size alone, so equal bytes always get equal ids.
 
 use crate::id::ObjectId;
 
-pub const CHUNK_MIN: usize = 1024;
-pub const CHUNK_AVG: usize = 4096;
-pub const CHUNK_MAX: usize = 16384;
+/// The chunk sizes FastCDC cuts a file into: at least `min` (except a
+/// file's last chunk), `avg` on average, at most `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cdc {
+    pub min: usize,
+    pub avg: usize,
+    pub max: usize,
+}
+
+/// Files from this size on are cut with [`Cdc::LARGE`].
+pub const LARGE_FILE: u64 = 16 << 20;
+
+impl Cdc {
+    /// The parameters of files under [`LARGE_FILE`] (format versions 1 to
+    /// 3 cut every file with them).
+    pub const SMALL: Cdc = Cdc {
+        min: 1024,
+        avg: 4096,
+        max: 16384,
+    };
+    /// The parameters of files of [`LARGE_FILE`] and more.
+    pub const LARGE: Cdc = Cdc {
+        min: 16384,
+        avg: 65536,
+        max: 262144,
+    };
+    /// The largest chunk of any file.
+    pub const MAX: usize = Cdc::LARGE.max;
+
+    /// The parameters a file of `size` bytes is cut with.
+    pub fn for_size(size: u64) -> Cdc {
+        if size >= LARGE_FILE {
+            Cdc::LARGE
+        } else {
+            Cdc::SMALL
+        }
+    }
+
+    /// Cut points (offset, length) of `data`, taken as a whole file or as
+    /// a window of one (then the cuts within `max` of its end are not the
+    /// file's: the window's end acts as the end of file).
+    pub fn cut_points(self, data: &[u8]) -> Vec<(usize, usize)> {
+        if data.is_empty() {
+            return Vec::new();
+        }
+        self.fastcdc(data).map(|c| (c.offset, c.length)).collect()
+    }
+
+    /// The length of the first chunk FastCDC cuts from `data` (taken as
+    /// the rest of the file).
+    pub(crate) fn first_cut(self, data: &[u8]) -> usize {
+        self.fastcdc(data).next().map(|c| c.length).unwrap_or(0)
+    }
+
+    /// FastCDC over `data` with these parameters.
+    pub(crate) fn fastcdc(self, data: &[u8]) -> fastcdc::v2020::FastCDC<'_> {
+        fastcdc::v2020::FastCDC::new(data, self.min, self.avg, self.max)
+    }
+}
+
+/// Cut points (offset, length) of a whole file's bytes, `data`, with the
+/// parameters of its size.
+pub fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
+    Cdc::for_size(data.len() as u64).cut_points(data)
+}
 
 /// A page ends after an entry whose id's low bits are zero: 1 in
 /// `PAGE_SPLIT` entries on average, so pages average ~32 entries.
@@ -22,16 +90,6 @@ pub const PAGE_MAX: usize = 256;
 pub const TREE_LEAF_MAX: usize = 512;
 /// Larger directories split leaves after names whose hash is 0 mod this.
 pub const TREE_SPLIT: u32 = 64;
-
-/// Cut points (end offsets) of `data`.
-pub fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
-    if data.is_empty() {
-        return Vec::new();
-    }
-    fastcdc::v2020::FastCDC::new(data, CHUNK_MIN, CHUNK_AVG, CHUNK_MAX)
-        .map(|c| (c.offset, c.length))
-        .collect()
-}
 
 /// Whether a page ends after an entry with this id.
 pub fn page_boundary(id: &ObjectId) -> bool {
@@ -97,7 +155,30 @@ mod tests {
         let cuts: Vec<usize> = cut_points(&data).iter().map(|c| c.1).collect();
         assert_eq!(cuts.iter().sum::<usize>(), data.len());
         assert_eq!(cuts, PINNED_CUTS.to_vec(), "FastCDC cut points changed");
+        let large = seeded_bytes(42, 1 << 20);
+        let cuts: Vec<usize> = Cdc::LARGE.cut_points(&large).iter().map(|c| c.1).collect();
+        assert_eq!(cuts.iter().sum::<usize>(), large.len());
+        assert_eq!(
+            cuts,
+            PINNED_LARGE_CUTS.to_vec(),
+            "FastCDC cut points changed"
+        );
     }
+
+    /// The class boundary: the size alone picks the parameters.
+    #[test]
+    fn the_size_picks_the_parameters() {
+        assert_eq!(Cdc::for_size(0), Cdc::SMALL);
+        assert_eq!(Cdc::for_size(LARGE_FILE - 1), Cdc::SMALL);
+        assert_eq!(Cdc::for_size(LARGE_FILE), Cdc::LARGE);
+        assert_eq!(Cdc::for_size(u64::MAX), Cdc::LARGE);
+        assert_eq!(Cdc::MAX, Cdc::LARGE.max);
+    }
+
+    const PINNED_LARGE_CUTS: &[usize] = &[
+        98448, 46759, 90023, 86294, 68232, 19883, 108654, 21811, 100705, 24603, 101294, 69875,
+        68620, 32821, 77475, 33079,
+    ];
 
     const PINNED_CUTS: &[usize] = &[
         7833, 5360, 8201, 1185, 9045, 7192, 4811, 4506, 5133, 4528, 5574, 2168,

@@ -4,7 +4,7 @@
 //! and reading any byte range back.
 
 pub(crate) use crate::batch::Batch;
-use crate::chunker::{self, split_runs, CHUNK_MAX, PAGE_MAX, PAGE_MIN};
+use crate::chunker::{self, split_runs, Cdc, PAGE_MAX, PAGE_MIN};
 use crate::error::{Result, StoreError};
 use crate::hash_many;
 use crate::id::{Kind, ObjectId};
@@ -23,12 +23,24 @@ const STREAM_THRESHOLD: u64 = 2 * STREAM_BLOCK as u64;
 /// use stay in the caches and are the only buffers a file's read touches
 /// (a fresh 32 MiB buffer cost 8,192 page faults per commit), large enough
 /// that re-cutting the few chunks carried over from each block's end costs
-/// under 1 %.
+/// under 1 %. A large file's blocks are twice that ([`stream_block`]):
+/// what is carried over is the last `Cdc::max` bytes and more, 256 KiB
+/// for large chunks.
 const STREAM_BLOCK: usize = 2 << 20;
-/// Chunks hashed together (hash_many.rs): enough that each 1 KiB position
-/// fills the 16 lanes of AVX-512 several times over, few enough that a
-/// 2 MiB block still makes a task for every core.
-const HASH_GROUP: usize = 64;
+
+/// The stream's block size for chunks of `cdc` (see [`STREAM_BLOCK`]).
+fn stream_block(cdc: Cdc) -> usize {
+    if cdc == Cdc::SMALL {
+        STREAM_BLOCK
+    } else {
+        2 * STREAM_BLOCK
+    }
+}
+/// Bytes of chunks hashed together (hash_many.rs): 64 small chunks, so
+/// each 1 KiB position fills the 16 lanes of AVX-512 several times over;
+/// 4 large ones (their 1 KiB pieces fill the lanes by themselves). Few
+/// enough that a 2 MiB block still makes a task for every core.
+const HASH_GROUP_BYTES: usize = 64 * 4096;
 /// Where prepared objects go: straight into a `Batch`, or over a channel to
 /// a writer thread (parallel snapshots).
 pub(crate) trait Sink {
@@ -72,6 +84,21 @@ impl Store {
         Ok(c)
     }
 
+    /// `bytes` stored as format 3 stored every file: cut with `cdc`
+    /// whatever their size (rechunk.rs tests a file of `LARGE_FILE` or
+    /// more cut small).
+    #[cfg(test)]
+    pub(crate) fn write_file_bytes_cut(&self, bytes: &[u8], cdc: Cdc) -> Result<FileContent> {
+        let _session = self.write_session()?;
+        let mut batch = Batch::new(self);
+        let cuts = cdc.cut_points(bytes);
+        let mut seen = HashSet::new();
+        let entries = self.put_cut_chunks(bytes, &cuts, 0, None, &mut seen, &mut batch)?;
+        let c = self.finish_manifest(entries, bytes.len() as u64, None, &mut batch)?;
+        batch.flush()?;
+        Ok(c)
+    }
+
     /// Store the content of the file at `src` (read once, chunked as a stream
     /// when large). See `write_file_bytes` for `prev`.
     pub fn write_file_from_path(
@@ -105,13 +132,33 @@ impl Store {
                 .map_err(|e| StoreError::io("read", src, e))?;
             return self.put_file_bytes(&buf, prev, batch);
         }
-        self.put_file_stream(&mut f, src, prev, batch)
+        // A stream is cut with the parameters of the size the file had
+        // when it was opened. A writer still at work may take it across
+        // `LARGE_FILE` meanwhile: the bytes read are then stored again
+        // with the parameters of their size, so equal bytes keep equal
+        // ids (chunker.rs); what the first pass stored is unreferenced
+        // and gc removes it.
+        let mut cdc = Cdc::for_size(len);
+        for _ in 0..3 {
+            let c = self.put_file_stream(&mut f, src, prev, cdc, batch)?;
+            if Cdc::for_size(c.size) == cdc {
+                return Ok(c);
+            }
+            cdc = Cdc::for_size(c.size);
+            f.seek(SeekFrom::Start(0))
+                .map_err(|e| StoreError::io("seek", src, e))?;
+        }
+        Err(StoreError::Invalid(format!(
+            "{}: its size kept crossing {} MiB while it was stored (a writer still at work); store it again once it is done",
+            src.display(),
+            chunker::LARGE_FILE >> 20
+        )))
     }
 
-    /// Store a large file read in blocks of `STREAM_BLOCK`, as a pipeline
+    /// Store a large file read in blocks of [`stream_block`], cut with `cdc`, as a pipeline
     /// over two blocks: while one block's chunks are hashed and prepared
     /// (on every core), the next block is read and cut. The chunks within
-    /// `CHUNK_MAX` of a block's end (where the block's end would act as the
+    /// `cdc.max` of a block's end (where the block's end would act as the
     /// end of file) are cut again with the next block, so the cuts are
     /// those of the whole file (chunker.rs). Reading and cutting a block
     /// takes one core about as long as hashing the previous one takes the
@@ -122,13 +169,14 @@ impl Store {
         f: &mut std::fs::File,
         src: &Path,
         prev: Option<&FileContent>,
+        cdc: Cdc,
         batch: &mut dyn Sink,
     ) -> Result<FileContent> {
         let prev = self.prev_version(prev)?;
         let mut entries = Vec::new();
         let mut seen = HashSet::new();
         let mut cur = Block::new();
-        cur.fill(f, src, &[], 0)?;
+        cur.fill(f, src, cdc, &[], 0)?;
         let mut next = Block::new();
         loop {
             let (read, stored) = rayon::join(
@@ -136,7 +184,7 @@ impl Store {
                     if cur.eof {
                         return Ok(());
                     }
-                    next.fill(f, src, cur.left(), cur.base + cur.used() as u64)
+                    next.fill(f, src, cdc, cur.left(), cur.base + cur.used() as u64)
                 },
                 || {
                     let mut out = Vec::new();
@@ -195,8 +243,10 @@ impl Store {
         batch: &mut dyn Sink,
     ) -> Result<Vec<PageEntry>> {
         // In groups, each hashed across SIMD lanes (hash_many.rs).
+        let total: usize = cuts.iter().map(|c| c.1).sum();
+        let group = (HASH_GROUP_BYTES * cuts.len() / total.max(1)).clamp(1, 64);
         let entries: Vec<PageEntry> = cuts
-            .par_chunks(HASH_GROUP)
+            .par_chunks(group)
             .flat_map_iter(|group| {
                 let data: Vec<&[u8]> = group
                     .iter()
@@ -495,10 +545,17 @@ impl Block {
         &self.buf[self.used()..]
     }
 
-    /// Refill with `carry` (at file offset `base`) and up to `STREAM_BLOCK`
-    /// bytes read from `f`, and cut. The buffer is reused: its pages are
-    /// touched once per file.
-    fn fill(&mut self, f: &mut std::fs::File, src: &Path, carry: &[u8], base: u64) -> Result<()> {
+    /// Refill with `carry` (at file offset `base`) and up to `stream_block`
+    /// bytes read from `f`, and cut with `cdc`. The buffer is reused: its
+    /// pages are touched once per file.
+    fn fill(
+        &mut self,
+        f: &mut std::fs::File,
+        src: &Path,
+        cdc: Cdc,
+        carry: &[u8],
+        base: u64,
+    ) -> Result<()> {
         self.buf.clear();
         self.buf.extend_from_slice(carry);
         self.base = base;
@@ -507,16 +564,17 @@ impl Block {
         // read cost ~3 ms of a 32 MiB commit (perf). Fewer bytes than
         // asked for means the end of the file (read_to_end reads until
         // `take` is exhausted or a read returns 0, retrying EINTR).
-        self.buf.reserve_exact(STREAM_BLOCK);
+        let block = stream_block(cdc);
+        self.buf.reserve_exact(block);
         let got = (&mut *f)
-            .take(STREAM_BLOCK as u64)
+            .take(block as u64)
             .read_to_end(&mut self.buf)
             .map_err(|e| StoreError::io("read", src, e))?;
-        self.eof = got < STREAM_BLOCK;
-        self.cuts = chunker::cut_points(&self.buf);
+        self.eof = got < block;
+        self.cuts = cdc.cut_points(&self.buf);
         if !self.eof {
             let len = self.buf.len();
-            self.cuts.retain(|c| c.0 + CHUNK_MAX < len);
+            self.cuts.retain(|c| c.0 + cdc.max < len);
         }
         Ok(())
     }
@@ -564,7 +622,8 @@ struct PendingPage {
 /// The walk is bounded by the size the file declares: every page's
 /// entries must add up to exactly the size its parent's entry gives it
 /// (the root: `c.size`), every entry covers at least one byte and a chunk
-/// at most `CHUNK_MAX`, so the chunks visited are at most `c.size` and
+/// at most the largest of the file's size class (chunker.rs), so the
+/// chunks visited are at most `c.size` and
 /// a lie is `Corrupt`, naming the page, at the first page that tells it.
 /// Pages wholly outside `range` are skipped by their declared size, so a
 /// short read of a large file reads one path of pages. `pages`, if given
@@ -576,14 +635,15 @@ fn visit_chunks(
     mut pages: Option<&mut Vec<Vec<ObjectId>>>,
     f: &mut dyn FnMut(u64, ObjectId, u64) -> Result<()>,
 ) -> Result<()> {
+    let chunk_max = Cdc::for_size(c.size).max as u64;
     let (root, height) = match &c.data {
         ContentRef::Empty => return Ok(()),
         ContentRef::Chunk(id) => {
-            if c.size == 0 || c.size > CHUNK_MAX as u64 {
+            if c.size == 0 || c.size > chunk_max {
                 return Err(StoreError::Corrupt {
                     id: *id,
                     reason: format!(
-                        "a one-chunk file of {} bytes (a chunk holds 1 to {CHUNK_MAX})",
+                        "a one-chunk file of {} bytes (a chunk of a file this size holds 1 to {chunk_max})",
                         c.size
                     ),
                 });
@@ -615,11 +675,7 @@ fn visit_chunks(
         }
         let mut sum = 0u64;
         for e in &page.entries {
-            let max = if p.level == 0 {
-                CHUNK_MAX as u64
-            } else {
-                u64::MAX
-            };
+            let max = if p.level == 0 { chunk_max } else { u64::MAX };
             if e.size == 0 || e.size > max {
                 return Err(corrupt(format!(
                     "an entry of {} bytes (level {})",

@@ -26,9 +26,37 @@ const CHUNK_START: u8 = 1 << 0;
 const CHUNK_END: u8 = 1 << 1;
 const DERIVE_KEY_MATERIAL: u8 = 1 << 6;
 
+/// Inputs of this many bytes or more fill the SIMD lanes by themselves:
+/// BLAKE3's own hasher spreads one input's 1 KiB pieces, and its parent
+/// nodes, over the lanes. A large file's chunks (~64 KiB, chunker.rs) are
+/// hashed so; hashed across inputs, four of them filled a quarter of the
+/// lanes (docs/benchmarks.md "Large chunks for large files").
+const ALONE: usize = 16 * CHUNK_LEN;
+
 /// The ids of `inputs` as objects of `kind`, in order: equal to
 /// `ObjectId::hash(kind, input)` for each.
 pub(crate) fn hash_each(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
+    if !inputs.iter().any(|m| m.len() >= ALONE) {
+        return hash_across(kind, inputs);
+    }
+    let short: Vec<&[u8]> = inputs.iter().filter(|m| m.len() < ALONE).copied().collect();
+    let mut short = hash_across(kind, &short).into_iter();
+    let key = hazmat::hash_derive_key_context(kind.context());
+    inputs
+        .iter()
+        .map(|m| {
+            if m.len() < ALONE {
+                return short.next().expect("one id per short input");
+            }
+            let mut h = blake3::Hasher::new_from_context_key(&key);
+            h.update(m);
+            ObjectId(*h.finalize().as_bytes())
+        })
+        .collect()
+}
+
+/// `hash_each` across inputs: one 1 KiB position of every input at a time.
+fn hash_across(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
     let key = hazmat::hash_derive_key_context(kind.context());
     let key_words = blake3::platform::words_from_le_bytes_32(&key);
     let platform = Platform::detect();
@@ -106,7 +134,7 @@ fn split(cvs: &[ChainingValue]) -> (&[ChainingValue], &[ChainingValue]) {
 }
 
 /// The chaining value of a subtree (not the root) over `cvs`. Recursion
-/// depth is the tree's height: 4 for the largest chunk (`CHUNK_MAX`).
+/// depth is the tree's height: 8 for the largest chunk (`Cdc::MAX`).
 fn subtree(cvs: &[ChainingValue], mode: Mode) -> ChainingValue {
     if cvs.len() == 1 {
         return cvs[0];
@@ -132,13 +160,14 @@ mod tests {
     }
 
     /// Every length class (empty, one piece, exactly whole pieces, a short
-    /// last piece, up to past CHUNK_MAX) and both kinds used, mixed in one
+    /// last piece, up to past `Cdc::MAX`) and both kinds used, mixed in one
     /// call, against the one-at-a-time hash.
     #[test]
     fn ids_equal_the_one_at_a_time_hash() {
         let lens = [
             0, 1, 63, 64, 65, 1023, 1024, 1025, 2047, 2048, 2049, 3072, 4095, 4096, 4097, 5000,
-            8191, 8192, 8193, 12288, 16383, 16384, 16385, 40000, 65536,
+            8191, 8192, 8193, 12288, 16383, 16384, 16385, 40000, 65536, 100_001, 262_143, 262_144,
+            262_145,
         ];
         let data: Vec<Vec<u8>> = lens
             .iter()
@@ -198,8 +227,8 @@ mod tests {
         );
     }
 
-    /// Many random lengths between CHUNK_MIN and CHUNK_MAX, as a file's
-    /// chunks are.
+    /// Many random lengths between `Cdc::SMALL.min` and `Cdc::SMALL.max`,
+    /// as a small file's chunks are.
     #[test]
     fn random_chunk_lengths() {
         let mut x = 99u64;

@@ -165,11 +165,15 @@ fn tree_children(node: &TreeNode) -> Vec<(ObjectId, Kind, Expect)> {
 }
 
 /// A page's level and the bytes its entries cover, or why it is malformed
-/// (an entry of 0 bytes, a chunk entry over `CHUNK_MAX`, an overflow).
+/// (an entry of 0 bytes, a chunk entry over the largest chunk of any size
+/// class, `Cdc::MAX`, an overflow). A reader also bounds a chunk by its
+/// file's class (`files::visit_chunks`); a page may be shared by files of
+/// either class, so fsck, which reads each page once, checks the bound
+/// common to both.
 fn page_shape(p: &Page) -> std::result::Result<Expect, String> {
     let mut size = 0u64;
     for e in &p.entries {
-        if e.size == 0 || (p.level == 0 && e.size > crate::chunker::CHUNK_MAX as u64) {
+        if e.size == 0 || (p.level == 0 && e.size > crate::chunker::Cdc::MAX as u64) {
             return Err(format!("an entry of {} bytes at level {}", e.size, p.level));
         }
         size = size

@@ -68,7 +68,7 @@ thread_local! {
 ///
 /// The entropy is computed as `log2 n - (sum of c log2 c) / n`, with
 /// `c log2 c` from a table for the counts below 256 (every count of a
-/// random chunk of up to `CHUNK_MAX` bytes is): 256 `log2` calls per
+/// random small chunk's sample is): 256 `log2` calls per
 /// chunk were half as much CPU as hashing it (perf, docs/benchmarks.md).
 ///
 /// The pass counts into four tables, one per byte position mod 4, summed
@@ -86,20 +86,28 @@ thread_local! {
 /// a chunk with a compressible run in any quarter shows it in that
 /// quarter's piece. A wrong "random" stores a compressible chunk raw; a
 /// wrong "not random" costs a zstd pass whose output is then not kept.
+///
+/// A large file's chunks (~64 KiB, chunker.rs) get one piece per
+/// [`SAMPLE_SPAN`] bytes, so a compressible run is as likely to be seen in
+/// them as in a small chunk's quarter.
 fn looks_random(raw: &[u8]) -> bool {
     if raw.len() < 1024 {
         return false;
     }
-    if raw.len() <= SAMPLE_PIECES * SAMPLE_PIECE {
+    let pieces = SAMPLE_PIECES.max(raw.len() / SAMPLE_SPAN);
+    if raw.len() <= pieces * SAMPLE_PIECE {
         return flat_histogram(raw.chunks(raw.len()));
     }
-    let step = (raw.len() - SAMPLE_PIECE) / (SAMPLE_PIECES - 1);
-    flat_histogram((0..SAMPLE_PIECES).map(|i| &raw[i * step..i * step + SAMPLE_PIECE]))
+    let step = (raw.len() - SAMPLE_PIECE) / (pieces - 1);
+    flat_histogram((0..pieces).map(|i| &raw[i * step..i * step + SAMPLE_PIECE]))
 }
 
-/// `looks_random` samples this many pieces of a chunk ...
+/// `looks_random` samples at least this many pieces of a chunk ...
 const SAMPLE_PIECES: usize = 4;
-/// ... of this many bytes each (1 KiB in all, the least the test takes).
+/// ... and one for every this many bytes of it ...
+const SAMPLE_SPAN: usize = 4096;
+/// ... of this many bytes each (1 KiB in all for a small chunk, the least
+/// the test takes).
 const SAMPLE_PIECE: usize = 256;
 
 /// Whether the bytes of `pieces`, counted together, have the byte
@@ -385,14 +393,14 @@ pub(crate) fn get_row(conn: &Connection, id: &ObjectId) -> Result<Option<Row>> {
 }
 
 /// The largest decoded size a row of `kind` may declare. Chunks are cut by
-/// FastCDC at `CHUNK_MAX` at most; a page holds at most `PAGE_MAX` entries
+/// FastCDC at `Cdc::MAX` at most (chunker.rs); a page holds at most `PAGE_MAX` entries
 /// of an id and a varint size (about 11 KiB). Trees and commits have no
 /// format limit (names, symlink targets, xattrs and messages are theirs),
 /// so they get a generous one that still keeps a damaged row from making a
 /// reader reserve and fill gigabytes.
 pub(crate) fn max_raw_len(kind: Kind) -> u64 {
     match kind {
-        Kind::Chunk => crate::chunker::CHUNK_MAX as u64,
+        Kind::Chunk => crate::chunker::Cdc::MAX as u64,
         Kind::Page => 64 << 10,
         Kind::Tree | Kind::Commit => 256 << 20,
     }
@@ -575,7 +583,7 @@ mod tests {
     }
 
     /// The sampled test's decisions on what chunks are made of: random
-    /// bytes at every length from 1 KiB to CHUNK_MAX are random; text, and
+    /// bytes at every length from 1 KiB to `Cdc::MAX` are random; text, and
     /// random bytes with a run of zeros or a run of text in any quarter,
     /// are not (so they get their zstd pass).
     #[test]
@@ -591,8 +599,11 @@ mod tests {
                 })
                 .collect()
         };
-        let text = b"the quick brown fox jumps over the lazy dog. ".repeat(400);
-        for len in [1024, 1100, 2047, 4096, 5000, 9999, 16384] {
+        let text = b"the quick brown fox jumps over the lazy dog. ".repeat(6000);
+        // Small chunks, and large ones (sampled once every SAMPLE_SPAN).
+        for len in [
+            1024, 1100, 2047, 4096, 5000, 9999, 16384, 65536, 100_001, 262_144,
+        ] {
             let r = random(len);
             assert!(looks_random(&r), "random bytes, {len}");
             assert!(!looks_random(&text[..len]), "text, {len}");
@@ -634,7 +645,7 @@ mod tests {
         };
         // Random bytes, random bytes of a narrower alphabet (fewer bits a
         // byte), long runs: near and far from the threshold, at lengths
-        // from 1 KiB to CHUNK_MAX, with counts above 256 too.
+        // from 1 KiB to `Cdc::SMALL.max`, with counts above 256 too.
         for len in [1024, 1025, 3000, 4096, 9999, 16384] {
             for mask in [0xffu64, 0x7f, 0xfe, 0x0f] {
                 let raw: Vec<u8> = (0..len).map(|_| (next() & mask) as u8).collect();

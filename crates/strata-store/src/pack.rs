@@ -164,7 +164,7 @@ impl Staging {
 }
 
 /// A staging buffer's capacity (see [`Staging::alloc`]).
-const STAGING_CAP: usize = WRITE_BYTES + 4 * crate::chunker::CHUNK_MAX + 3 * ALIGN;
+const STAGING_CAP: usize = WRITE_BYTES + 4 * crate::chunker::Cdc::MAX + 3 * ALIGN;
 
 fn io_err(action: &'static str, path: &Path, e: std::io::Error) -> StoreError {
     if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) {
@@ -492,7 +492,7 @@ pub(crate) fn forget(db: &str, pack: u64) {
 /// database is `db`.
 pub(crate) fn read(db: &str, id: &ObjectId, loc: Loc) -> Result<Vec<u8>> {
     let corrupt = |reason: String| StoreError::Corrupt { id: *id, reason };
-    let max = crate::chunker::CHUNK_MAX as u64 * 2;
+    let max = crate::chunker::Cdc::MAX as u64 * 2;
     if loc.len > max || loc.off < ALIGN as u64 {
         return Err(corrupt(format!(
             "its pack location ({} bytes at {} in pack {:016x}) is impossible",
@@ -638,7 +638,7 @@ mod tests {
                     if round == 3 {
                         1
                     } else {
-                        next(1, 2 * crate::chunker::CHUNK_MAX)
+                        next(1, 2 * crate::chunker::Cdc::MAX)
                     }
                 })
                 .collect();

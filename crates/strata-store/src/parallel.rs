@@ -5,36 +5,40 @@
 //! own start, and the true sequence from offset 0 is stitched through the
 //! speculative ones: a speculative chunk that starts where the true
 //! sequence is is exact (a chunk depends only on its own bytes, the byte
-//! after it and, within `CHUNK_MAX` of the end, the end of file; see
+//! after it and, within the largest chunk of the end, the end of file; see
 //! rechunk.rs), and FastCDC resynchronises within a few chunks, so almost
 //! every chunk is found once. Where no speculative chunk starts, one cut
 //! is made in place.
 
-use crate::chunker::{self, CHUNK_AVG, CHUNK_MAX, CHUNK_MIN};
-use crate::rechunk::first_cut;
+use crate::chunker::{self, Cdc};
 use rayon::prelude::*;
 
 /// Each core chunks segments of this size...
 const SEGMENT: usize = 4 << 20;
-/// ...and this far into the next one, to meet its cut points.
-const OVERLAP: usize = 256 << 10;
+/// ...and this far into the next one, to meet its cut points: sixteen
+/// small chunks, four large ones (their largest).
+fn overlap(cdc: Cdc) -> usize {
+    (256 << 10).max(4 * cdc.max)
+}
 
-/// The cut points of `data`, equal to `chunker::cut_points(data)`.
+/// The cut points of a whole file's bytes `data`, equal to
+/// `chunker::cut_points(data)`.
 pub(crate) fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
     if data.len() <= 2 * SEGMENT {
         return chunker::cut_points(data);
     }
+    let cdc = Cdc::for_size(data.len() as u64);
     let nseg = data.len().div_ceil(SEGMENT);
     let spec: Vec<Vec<(usize, usize)>> = (0..nseg)
         .into_par_iter()
         .map(|k| {
             let s = k * SEGMENT;
-            let end = ((k + 1) * SEGMENT + OVERLAP).min(data.len());
-            let mut out = Vec::with_capacity((end - s) / CHUNK_AVG + 1);
-            for c in fastcdc::v2020::FastCDC::new(&data[s..end], CHUNK_MIN, CHUNK_AVG, CHUNK_MAX) {
+            let end = ((k + 1) * SEGMENT + overlap(cdc)).min(data.len());
+            let mut out = Vec::with_capacity((end - s) / cdc.avg + 1);
+            for c in cdc.fastcdc(&data[s..end]) {
                 // Near the window's end the window's end would act as the
                 // end of file: not a chunk of the file.
-                if end != data.len() && end - (s + c.offset) < CHUNK_MAX + 1 {
+                if end != data.len() && end - (s + c.offset) < cdc.max + 1 {
                     break;
                 }
                 out.push((s + c.offset, c.length));
@@ -42,7 +46,7 @@ pub(crate) fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
             out
         })
         .collect();
-    let mut out = Vec::with_capacity(data.len() / CHUNK_AVG + 1);
+    let mut out = Vec::with_capacity(data.len() / cdc.avg + 1);
     let mut pos = 0;
     // The segment whose chunks the true sequence follows, and where.
     let (mut seg, mut idx) = (0usize, 0usize);
@@ -60,7 +64,7 @@ pub(crate) fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
                         (seg, idx) = (j, i);
                         spec[j][i]
                     }
-                    None => (pos, first_cut(&data[pos..])),
+                    None => (pos, cdc.first_cut(&data[pos..])),
                 }
             }
         };
@@ -94,12 +98,21 @@ mod tests {
             .collect()
     }
 
+    /// Both classes: a file under `LARGE_FILE` (small chunks) and one over
+    /// it (large chunks), with zero runs (chunks of the largest size)
+    /// across segment boundaries too.
     #[test]
     fn parallel_cut_points_equal_the_sequential_ones() {
-        let mut data = bytes(3, 19 * SEGMENT / 2 + 12_345);
-        // Zero runs (CHUNK_MAX chunks) across segment boundaries too.
-        data[SEGMENT - 100_000..SEGMENT + 300_000].fill(0);
-        data[5 * SEGMENT - 7..5 * SEGMENT + OVERLAP + 50_000].fill(0);
-        assert_eq!(cut_points(&data), chunker::cut_points(&data));
+        for (len, class) in [
+            (3 * SEGMENT + 12_345, Cdc::SMALL),
+            (19 * SEGMENT / 2 + 12_345, Cdc::LARGE),
+        ] {
+            let cdc = Cdc::for_size(len as u64);
+            assert_eq!(cdc, class);
+            let mut data = bytes(3, len);
+            data[SEGMENT - 100_000..SEGMENT + 300_000].fill(0);
+            data[2 * SEGMENT - 7..2 * SEGMENT + overlap(cdc) + 50_000].fill(0);
+            assert_eq!(cut_points(&data), chunker::cut_points(&data));
+        }
     }
 }

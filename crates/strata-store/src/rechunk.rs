@@ -8,18 +8,20 @@
 //! Why that holds. FastCDC (v2020, `cut_gear`) decides the chunk that
 //! starts at `s` from the bytes `s..=e` (it reads the byte at the cut it
 //! returns) and from the bytes left to the end of the file, clamped to
-//! `CHUNK_MAX`. So, with the bytes before an old cut point `s` unchanged,
+//! the largest chunk of the file's size class (`Cdc::max`). So, with the bytes before an old cut point `s` unchanged,
 //! `s` is a cut point of the new file too, and from a new cut `c` that is
 //! an old cut point with no changed byte at or after `c` before the next
 //! changed range, the new cuts are the old ones again (FastCDC
 //! resynchronises). A change of the file's size moves the end of file that
-//! the last `CHUNK_MAX` bytes' cuts depend on: the tail is re-chunked from
-//! `CHUNK_MAX` before the shorter end. Pages split the same way one level
+//! the last `Cdc::max` bytes' cuts depend on: the tail is re-chunked from
+//! `Cdc::max` before the shorter end. A change of the size class changes
+//! every cut, and so does a file of `LARGE_FILE` or more stored by format
+//! 3 or before (cut small): both are chunked again whole. Pages split the same way one level
 //! up (`split_runs` keeps no state across a page boundary), so a run of
 //! entries is rebuilt from the old page that holds the first changed entry
 //! until a new page ends where an old page ended, after the change.
 
-use crate::chunker::{page_boundary, CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, PAGE_MAX, PAGE_MIN};
+use crate::chunker::{page_boundary, Cdc, PAGE_MAX, PAGE_MIN};
 use crate::error::{Result, StoreError};
 use crate::files::{Batch, Sink};
 use crate::id::{Kind, ObjectId};
@@ -98,7 +100,7 @@ impl OldTree<'_> {
             )));
         }
         let max = if level == 0 {
-            CHUNK_MAX as u64
+            Cdc::for_size(self.size).max as u64
         } else {
             u64::MAX
         };
@@ -144,6 +146,31 @@ impl OldTree<'_> {
         Ok(cur)
     }
 
+    /// Whether the old file was cut with `cdc`: false for a file of
+    /// `LARGE_FILE` or more stored before format 4, cut with
+    /// `Cdc::SMALL`. Every chunk but a file's last holds at least
+    /// `cdc.min` bytes, and `Cdc::LARGE.min` is `Cdc::SMALL.max`: the first
+    /// manifest page of such a file lists at least `PAGE_MIN` chunks, and
+    /// if none but the file's last is over `Cdc::SMALL.max` it was cut
+    /// small. (A page of large chunks each exactly `Cdc::LARGE.min` long
+    /// would be taken for small ones: then the file is chunked again whole,
+    /// which is slower and as exact.)
+    fn cut_with(&mut self, cdc: Cdc) -> Result<bool> {
+        // A chunk cut large is never under a small chunk's largest size.
+        const { assert!(Cdc::LARGE.min >= Cdc::SMALL.max) };
+        if cdc == Cdc::SMALL {
+            return Ok(true);
+        }
+        let p = self.page_at(0, 0)?;
+        let size = self.size;
+        let mut inner = p
+            .entries
+            .iter()
+            .zip(&p.starts)
+            .filter(|(e, &s)| s + e.size < size);
+        Ok(inner.any(|(e, _)| e.size > Cdc::SMALL.max as u64))
+    }
+
     /// The entry of `level` that holds byte `pos`: (start, entry).
     fn entry_at(&mut self, level: u8, pos: u64) -> Result<(u64, PageEntry)> {
         let p = self.page_at(level, pos)?;
@@ -156,6 +183,8 @@ impl OldTree<'_> {
 struct Source<'f> {
     file: &'f std::fs::File,
     path: &'f Path,
+    /// The parameters of the new file's size class.
+    cdc: Cdc,
     size: u64,
     start: u64,
     buf: Vec<u8>,
@@ -194,46 +223,38 @@ impl Source<'_> {
 
     /// The length of the chunk FastCDC cuts at `pos` (a cut point), reading
     /// no more than it needs: a cut found before the end of a window of at
-    /// least `CHUNK_AVG` bytes is the cut a longer window gives too (the
+    /// least `cdc.avg` bytes is the cut a longer window gives too (the
     /// scan uses the same masks up to it), otherwise the window grows to
-    /// `CHUNK_MAX` or the end of file, where the answer is exact.
+    /// `cdc.max` or the end of file, where the answer is exact.
     fn next_cut(&mut self, pos: u64) -> Result<u64> {
-        let mut want = (2 * CHUNK_AVG) as u64;
+        let (avg, max) = (self.cdc.avg as u64, self.cdc.max as u64);
+        let mut want = 2 * avg;
         loop {
             self.fill(pos, want)?;
-            let avail = (self.start + self.buf.len() as u64 - pos).min(CHUNK_MAX as u64);
+            let avail = (self.start + self.buf.len() as u64 - pos).min(max);
             let data = self.slice(pos, avail);
-            let cut = first_cut(data) as u64;
-            if avail == CHUNK_MAX as u64 || pos + avail == self.size {
+            let cut = self.cdc.first_cut(data) as u64;
+            if avail == max || pos + avail == self.size {
                 return Ok(cut);
             }
-            if avail >= CHUNK_AVG as u64 && cut < avail {
+            if avail >= avg && cut < avail {
                 return Ok(cut);
             }
-            want += CHUNK_AVG as u64;
+            want += avg;
         }
     }
 }
 
-/// The length of the first chunk FastCDC cuts from `data` (taken as the
-/// rest of the file).
-pub(crate) fn first_cut(data: &[u8]) -> usize {
-    fastcdc::v2020::FastCDC::new(data, CHUNK_MIN, CHUNK_AVG, CHUNK_MAX)
-        .next()
-        .map(|c| c.length)
-        .unwrap_or(0)
-}
-
 /// Sorted, merged changed ranges, clipped to the new size, with the tail
 /// added when the size changed (see the module comment).
-fn normalise(changed: &[(u64, u64)], old_size: u64, new_size: u64) -> Vec<(u64, u64)> {
+fn normalise(changed: &[(u64, u64)], old_size: u64, new_size: u64, cdc: Cdc) -> Vec<(u64, u64)> {
     let mut r: Vec<(u64, u64)> = changed
         .iter()
         .map(|&(a, b)| (a, b.min(new_size)))
         .filter(|(a, b)| a < b)
         .collect();
     if old_size != new_size {
-        let from = old_size.min(new_size).saturating_sub(CHUNK_MAX as u64);
+        let from = old_size.min(new_size).saturating_sub(cdc.max as u64);
         r.push((from, new_size.max(from + 1)));
     }
     r.sort_unstable();
@@ -267,7 +288,8 @@ impl Store {
             .metadata()
             .map_err(|e| StoreError::io("stat", src, e))?
             .len();
-        let dirty = normalise(changed, prev.size, new_size);
+        let cdc = Cdc::for_size(new_size);
+        let dirty = normalise(changed, prev.size, new_size, cdc);
         if dirty.is_empty() {
             return Ok((
                 prev.clone(),
@@ -283,38 +305,51 @@ impl Store {
             _ => (ObjectId([0; 32]), 0),
         };
         let small = !matches!(prev.data, ContentRef::Pages { .. });
-        // Above three quarters of the file changed, the whole file is
-        // chunked again (in parallel): reading the old manifest around
-        // every range would save little.
-        if small || new_size == 0 || dirty_bytes.saturating_mul(4) > new_size.saturating_mul(3) {
-            let c = self.write_file_from_path(src, Some(prev))?;
-            return Ok((
+        let whole = |store: &Store| {
+            let c = store.write_file_from_path(src, Some(prev))?;
+            Ok((
                 c,
                 WriteStats {
                     bytes_read: new_size,
                     incremental: false,
                 },
-            ));
+            ))
+        };
+        // Above three quarters of the file changed, the whole file is
+        // chunked again (in parallel): reading the old manifest around
+        // every range would save little. A new size class changes every
+        // cut (chunker.rs).
+        if small
+            || new_size == 0
+            || dirty_bytes.saturating_mul(4) > new_size.saturating_mul(3)
+            || Cdc::for_size(prev.size) != cdc
+        {
+            return whole(self);
         }
         let _session = self.write_session()?;
+        let mut tree = OldTree {
+            store: self,
+            root,
+            height,
+            size: prev.size,
+            cache: HashMap::new(),
+            pages_read: 0,
+        };
+        if !tree.cut_with(cdc)? {
+            drop(_session);
+            return whole(self);
+        }
         let mut batch = Batch::new(self);
         let mut source = Source {
             file: &file,
             path: src,
+            cdc,
             size: new_size,
             start: 0,
             buf: Vec::new(),
             read: 0,
         };
         let c = {
-            let mut tree = OldTree {
-                store: self,
-                root,
-                height,
-                size: prev.size,
-                cache: HashMap::new(),
-                pages_read: 0,
-            };
             let splices = self.rechunk(&mut source, &mut tree, &dirty, &mut batch)?;
             let r = self.rebuild_pages(&mut tree, splices, new_size, &mut batch);
             tracing::debug!(
@@ -558,16 +593,68 @@ impl Runs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunker::LARGE_FILE;
+    use crate::store::StoreOptions;
+
+    fn random(len: usize) -> Vec<u8> {
+        let mut x = 77u64;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// A file of `LARGE_FILE` or more that format 3 stored (cut small): an
+    /// edit of it is chunked again whole, to the ids its size class gives,
+    /// where re-cutting around the edit would have mixed both sizes. Once
+    /// cut large, the next edit is incremental again.
+    #[test]
+    fn a_large_file_cut_small_is_chunked_again_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("s"), &StoreOptions::default()).unwrap();
+        let mut bytes = random(LARGE_FILE as usize + 1000);
+        let old = store.write_file_bytes_cut(&bytes, Cdc::SMALL).unwrap();
+        let full = store.write_file_bytes(&bytes, None).unwrap();
+        assert_ne!(
+            old, full,
+            "cut small and large, the same bytes get other ids"
+        );
+        let path = dir.path().join("f");
+        let edit = |bytes: &mut Vec<u8>, base: &FileContent, at: usize| {
+            bytes[at..at + 10].copy_from_slice(b"0123456789");
+            std::fs::write(&path, &*bytes).unwrap();
+            let range = [(at as u64, at as u64 + 10)];
+            let (c, stats) = store.write_file_edited(&path, base, &range).unwrap();
+            assert_eq!(c, store.write_file_bytes(bytes, None).unwrap());
+            let back = store.read_file_range(&c, 0, bytes.len()).unwrap();
+            assert!(back == *bytes, "the edited file does not read back");
+            (c, stats)
+        };
+        let (c, stats) = edit(&mut bytes, &old, 5 << 20);
+        assert!(!stats.incremental, "{stats:?}");
+        let (_, stats) = edit(&mut bytes, &c, 9 << 20);
+        assert!(stats.incremental, "{stats:?}");
+        assert!(stats.bytes_read <= 3 * Cdc::LARGE.max as u64, "{stats:?}");
+    }
 
     #[test]
     fn normalise_merges_clips_and_adds_the_tail() {
         assert_eq!(
-            normalise(&[(10, 20), (15, 30), (50, 60)], 100, 100),
+            normalise(&[(10, 20), (15, 30), (50, 60)], 100, 100, Cdc::SMALL),
             vec![(10, 30), (50, 60)]
         );
-        assert_eq!(normalise(&[(90, 200)], 100, 100), vec![(90, 100)]);
-        let m = CHUNK_MAX as u64;
-        assert_eq!(normalise(&[], 10 * m, 5 * m), vec![(4 * m, 5 * m)]);
-        assert_eq!(normalise(&[(0, 1)], 10, 20), vec![(0, 20)]);
+        assert_eq!(
+            normalise(&[(90, 200)], 100, 100, Cdc::SMALL),
+            vec![(90, 100)]
+        );
+        for cdc in [Cdc::SMALL, Cdc::LARGE] {
+            let m = cdc.max as u64;
+            assert_eq!(normalise(&[], 10 * m, 5 * m, cdc), vec![(4 * m, 5 * m)]);
+        }
+        assert_eq!(normalise(&[(0, 1)], 10, 20, Cdc::SMALL), vec![(0, 20)]);
     }
 }

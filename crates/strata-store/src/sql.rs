@@ -1,7 +1,8 @@
 //! Every SQL statement the Store runs, in one place. Rust logic elsewhere
 //! refers to these constants and never builds SQL text.
 
-/// The schema of format version 3.
+/// The schema of format versions 3 and 4 (4 changed the chunks of large
+/// files, not the tables: chunker.rs).
 ///
 /// Packs (version 2, pack.rs): a row whose `pack` is set keeps its stored
 /// bytes at `pack_off`, `pack_len` bytes long, in that pack file, and its

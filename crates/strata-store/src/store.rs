@@ -13,9 +13,11 @@ use std::time::Duration;
 
 /// The format this build writes and the newest it can read. Version 2 added
 /// pack files (pack.rs), version 3 the two indexes on object ids (sql.rs
-/// `SCHEMA`); an older Store is migrated when opened (`migrate`), after
-/// which older strata refuses it with `NewerVersion`.
-pub const FORMAT_VERSION: i64 = 3;
+/// `SCHEMA`), version 4 large chunks for files of `LARGE_FILE` or more
+/// (chunker.rs; an older reader would call a chunk over 16 KiB damaged);
+/// an older Store is migrated when opened (`migrate`), after which older
+/// strata refuses it with `NewerVersion`.
+pub const FORMAT_VERSION: i64 = 4;
 const FORMAT_NAME: &str = "strata-store";
 const DB_FILE: &str = "strata.db";
 const LOCK_FILE: &str = "lock";
@@ -486,7 +488,9 @@ fn connect(db: &Path, create: bool) -> Result<Connection> {
 
 /// Bring an older Store to this version, step by step (1 to 2: the pack
 /// columns; 2 to 3: the two indexes on `id`, which copies the `objects`
-/// table once), in one write transaction that reads the version again, so
+/// table once; 3 to 4: nothing but the number, since files stored cut
+/// small stay readable and an edit of a large one cuts it again whole,
+/// rechunk.rs), in one write transaction that reads the version again, so
 /// two processes opening it at once migrate it once, and a crash leaves
 /// the old version whole.
 fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
@@ -509,6 +513,9 @@ fn migrate(conn: &Connection, dir: &Path) -> Result<()> {
             conn.execute_batch(sql::SCHEMA).ctx(ctx)?;
             conn.execute_batch(sql::MIGRATE_2_TO_3_COPY).ctx(ctx)?;
             version = 3;
+        }
+        if version == 3 {
+            version = 4;
         }
         if version == FORMAT_VERSION {
             conn.execute(sql::META_PUT, ("version", FORMAT_VERSION.to_string()))

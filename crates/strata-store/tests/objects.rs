@@ -45,11 +45,11 @@ proptest! {
     /// the edit, one short run of new chunks, and the old chunks after it.
     ///
     /// How long that run is depends on the data: a new cut point inside the
-    /// first CHUNK_MIN bytes of an old chunk is skipped, so the next one can
+    /// first `Cdc::SMALL.min` bytes of an old chunk is skipped, so the next one can
     /// miss again. Measured over 3,000 random cases (2026-11-30): 1 new
     /// chunk in 96.3 %, 2 in 3.0 %, 3 in 0.6 %, 4 in 0.1 %, 6 once; each
     /// further chunk is 5-30 times rarer. An earlier bound of 3 failed in
-    /// CI-like runs now and then; 8 chunks (and 8 * CHUNK_MAX bytes) is
+    /// CI-like runs now and then; 8 chunks (and 8 * `Cdc::SMALL.max` bytes) is
     /// past any cascade the data makes, while a real loss of
     /// re-synchronisation (e.g. a changed chunker) changes every later chunk.
     #[test]
@@ -76,7 +76,7 @@ proptest! {
         prop_assert!(new_chunks >= 1, "an insertion makes at least one new chunk");
         prop_assert!(new_chunks <= 8, "{} new chunks before the cut points re-synchronised", new_chunks);
         let new_bytes: usize = b[kept..resync].iter().map(|c| c.1).sum();
-        prop_assert!(new_bytes <= 8 * strata_store::CHUNK_MAX, "{} new bytes", new_bytes);
+        prop_assert!(new_bytes <= 8 * strata_store::Cdc::SMALL.max, "{} new bytes", new_bytes);
     }
 
     /// Any bytes written as a file read back identically, whole and by range.

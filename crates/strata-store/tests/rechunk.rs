@@ -6,7 +6,7 @@ mod common;
 
 use common::{new_store, new_store_opts, seeded_bytes};
 use proptest::prelude::*;
-use strata_store::{FileContent, Store, StoreOptions, CHUNK_MAX};
+use strata_store::{Cdc, FileContent, Store, StoreOptions, LARGE_FILE};
 
 /// A file being edited: its bytes and the ranges written since the base.
 struct Edited {
@@ -76,17 +76,104 @@ fn a_small_overwrite_reads_a_few_chunks_and_gives_the_full_ids() {
     e.write(3 * MIB + 12345, b"0123456789");
     let read = check(&store, dir.path(), &base, &e);
     assert!(
-        read <= 3 * CHUNK_MAX as u64,
+        read <= 3 * Cdc::SMALL.max as u64,
         "a 10-byte overwrite read {read} bytes of the file"
     );
     assert!(read >= 10, "the changed bytes must have been read");
 }
 
+/// The same for a file of `LARGE_FILE` or more, cut into large chunks
+/// (chunker.rs): a few of those are read, not the file.
 #[test]
-fn edits_at_the_edges_and_of_the_size_commit_exactly() {
+fn a_small_overwrite_of_a_large_file_reads_a_few_large_chunks() {
     let dir = tempfile::tempdir().unwrap();
     let store = new_store(dir.path());
-    let bytes = seeded_bytes(11, 5 * MIB + 777);
+    let bytes = seeded_bytes(8, LARGE_FILE as usize + 3 * MIB);
+    let base = base_of(&store, &bytes);
+    let mut e = Edited::new(bytes);
+    e.write(7 * MIB + 12345, b"0123456789");
+    let read = check(&store, dir.path(), &base, &e);
+    assert!(
+        read <= 3 * Cdc::LARGE.max as u64,
+        "a 10-byte overwrite read {read} bytes of the file"
+    );
+    assert!(read >= 10, "the changed bytes must have been read");
+}
+
+/// Every chunk of `c` but its last is within the bounds of `cdc`.
+fn cut_with(store: &Store, c: &FileContent, cdc: Cdc) -> bool {
+    let chunks = store.chunk_list(c).unwrap();
+    let n = chunks.len();
+    chunks
+        .iter()
+        .enumerate()
+        .all(|(i, &(_, _, size))| size <= cdc.max as u64 && (i + 1 == n || size >= cdc.min as u64))
+}
+
+/// A file's size picks its chunk sizes: under `LARGE_FILE` small ones,
+/// from there on large ones, whichever way it was stored (whole, streamed
+/// from a path, edited across the boundary).
+#[test]
+fn the_size_class_picks_the_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = new_store(dir.path());
+    let large = LARGE_FILE as usize;
+    let bytes = seeded_bytes(12, large + 5 * MIB);
+    for len in [large - 1, large, large + 5 * MIB] {
+        let c = base_of(&store, &bytes[..len]);
+        let (want, other) = if len < large {
+            (Cdc::SMALL, Cdc::LARGE)
+        } else {
+            (Cdc::LARGE, Cdc::SMALL)
+        };
+        assert!(
+            cut_with(&store, &c, want),
+            "{len} bytes: not cut with {want:?}"
+        );
+        assert!(
+            !cut_with(&store, &c, other),
+            "{len} bytes: cut with {other:?}"
+        );
+        let path = dir.path().join("f");
+        std::fs::write(&path, &bytes[..len]).unwrap();
+        assert_eq!(store.write_file_from_path(&path, None).unwrap(), c);
+    }
+}
+
+#[test]
+fn edits_at_the_edges_and_of_the_size_commit_exactly() {
+    edge_cases(5 * MIB + 777);
+}
+
+/// The same edits of a file cut into large chunks; its truncation to one
+/// chunk, and the size changes across `LARGE_FILE` below, change its size
+/// class (every cut: chunked again whole).
+#[test]
+fn edits_of_a_large_file_commit_exactly() {
+    edge_cases(LARGE_FILE as usize + 777);
+}
+
+#[test]
+fn edits_across_the_size_classes_commit_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = new_store(dir.path());
+    let large = LARGE_FILE as usize;
+    let bytes = seeded_bytes(13, large + 100_000);
+    // Large to small, and small to large.
+    let base = base_of(&store, &bytes);
+    let mut e = Edited::new(bytes.clone());
+    e.truncate(large - 1);
+    check(&store, dir.path(), &base, &e);
+    let base = base_of(&store, &bytes[..large - 5]);
+    let mut e = Edited::new(bytes[..large - 5].to_vec());
+    e.write(large - 7, b"0123456789");
+    check(&store, dir.path(), &base, &e);
+}
+
+fn edge_cases(size: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = new_store(dir.path());
+    let bytes = seeded_bytes(11, size);
     let base = base_of(&store, &bytes);
     let len = bytes.len();
     let chunks = store.chunk_list(&base).unwrap();
@@ -175,7 +262,7 @@ fn without_deltas_the_ids_are_the_same() {
 
 #[test]
 fn sparse_and_repeated_chunks_commit_exactly() {
-    // Runs of zeros cut into identical CHUNK_MAX chunks: the same id at
+    // Runs of zeros cut into identical chunks of the largest size: the same id at
     // many offsets must not confuse the search for old cut points.
     let dir = tempfile::tempdir().unwrap();
     let store = new_store(dir.path());
@@ -191,19 +278,31 @@ fn sparse_and_repeated_chunks_commit_exactly() {
 
 #[test]
 fn a_streamed_file_has_the_ids_of_an_in_memory_one() {
-    // Over 4 MiB a file is read in 2 MiB blocks, each cut while the one
-    // before is hashed; the chunks near a block's end wait for the next
-    // block. Sizes at and around the threshold and a whole number of
-    // blocks, zero runs (CHUNK_MAX chunks) across block ends, and a
-    // previous version (deltas) must all give the in-memory ids.
+    // Over 4 MiB a file is read in 2 MiB blocks (4 MiB from LARGE_FILE
+    // on), each cut while the one before is hashed; the chunks near a
+    // block's end wait for the next block. Sizes at and around the
+    // threshold and a whole number of blocks, zero runs (chunks of the
+    // largest size) across block ends, sizes on both sides of LARGE_FILE,
+    // and a previous version (deltas) must all give the in-memory ids.
     let dir = tempfile::tempdir().unwrap();
     let store = new_store(dir.path());
-    let mut bytes = seeded_bytes(21, 11 * MIB + 4321);
+    let large = LARGE_FILE as usize;
+    let mut bytes = seeded_bytes(21, large + 9 * MIB + 4321);
     bytes[2 * MIB - 5000..2 * MIB + 70_000].fill(0);
     bytes[6 * MIB - 3..6 * MIB + 20_000].fill(0);
+    bytes[large + 4 * MIB - 5000..large + 4 * MIB + 600_000].fill(0);
     let path = dir.path().join("big");
     let mut prev = None;
-    for len in [4 * MIB, 4 * MIB + 1, 6 * MIB, 11 * MIB + 4321] {
+    for len in [
+        4 * MIB,
+        4 * MIB + 1,
+        6 * MIB,
+        11 * MIB + 4321,
+        large - 1,
+        large,
+        large + 8 * MIB,
+        large + 9 * MIB + 4321,
+    ] {
         let bytes = &bytes[..len];
         std::fs::write(&path, bytes).unwrap();
         let streamed = store.write_file_from_path(&path, None).unwrap();
@@ -217,7 +316,7 @@ fn a_streamed_file_has_the_ids_of_an_in_memory_one() {
     }
     // An edit of the last one, stored whole against it (deltas).
     let prev = prev.unwrap();
-    bytes[3 * MIB..3 * MIB + 10].copy_from_slice(b"0123456789");
+    bytes[large + 3 * MIB..large + 3 * MIB + 10].copy_from_slice(b"0123456789");
     std::fs::write(&path, &bytes).unwrap();
     let streamed = store.write_file_from_path(&path, Some(&prev)).unwrap();
     assert_eq!(streamed, store.write_file_bytes(&bytes, None).unwrap());

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::os::unix::fs::FileExt;
-use strata_store::{BranchRef, EntryKind, FileContent, NoProgress, Store, StoreOptions, CHUNK_MAX};
+use strata_store::{BranchRef, Cdc, EntryKind, FileContent, NoProgress, Store, StoreOptions};
 use strata_workspace::{CommitOutcome, Workspace, WorkspaceOptions};
 
 const MIB: usize = 1 << 20;
@@ -106,7 +106,7 @@ fn a_10_byte_overwrite_of_32_mib_commits_reading_a_few_chunks() {
         assert!(shown == want, "the mount does not show the write");
         let read = commit_counting(&fx, &ws);
         assert!(
-            read <= 3 * CHUNK_MAX as u64,
+            read <= 3 * Cdc::MAX as u64,
             "round {round}: the commit read {read} bytes of a 32 MiB file for a 10-byte write"
         );
         assert_committed(&fx, &want, "a 10-byte overwrite");
@@ -196,10 +196,11 @@ fn edits_at_the_edges_and_of_the_size_commit_exactly() {
         let shown = std::fs::read(fx.p("big")).unwrap();
         assert!(shown == want, "{what}: the mount does not show the edit");
         let read = commit_counting(&fx, &ws);
-        // The chunks around the change, and the last CHUNK_MAX bytes when
-        // the size changed.
+        // The chunks around the change, and the last chunk's worth of
+        // bytes (its size class's largest, at most `Cdc::MAX`) when the
+        // size changed.
         assert!(
-            read <= changed + 4 * CHUNK_MAX as u64,
+            read <= changed + 4 * Cdc::MAX as u64,
             "{what}: the commit read {read} bytes of {} for {changed} changed",
             want.len()
         );
@@ -248,7 +249,7 @@ fn written_ranges_survive_a_crash_of_the_server() {
     let ws = Workspace::open(&fx.store, &id, &fx.scratch, &WorkspaceOptions::default()).unwrap();
     let read = commit_counting(&fx, &ws);
     assert!(
-        read <= 3 * CHUNK_MAX as u64,
+        read <= 3 * Cdc::MAX as u64,
         "after the crash the commit read {read} bytes of a 32 MiB file for a 10-byte write"
     );
     assert_committed(&fx, &want, "a 10-byte overwrite across a crash");
