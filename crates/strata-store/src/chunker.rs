@@ -9,7 +9,8 @@
 //! a large file costs a sixteenth of the index rows, id computations and
 //! randomness tests per byte (the fresh file's commit step was bound by
 //! them, docs/benchmarks.md "Large chunks for large files"). The class
-//! depends on the size alone, so equal bytes always get equal ids.
+//! depends on the size alone, so equal bytes always get equal ids; a Store
+//! created without deltas cuts every file small (`Store::cdc_for`).
 
 use crate::id::ObjectId;
 
@@ -71,12 +72,6 @@ impl Cdc {
     pub(crate) fn fastcdc(self, data: &[u8]) -> fastcdc::v2020::FastCDC<'_> {
         fastcdc::v2020::FastCDC::new(data, self.min, self.avg, self.max)
     }
-}
-
-/// Cut points (offset, length) of a whole file's bytes, `data`, with the
-/// parameters of its size.
-pub fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
-    Cdc::for_size(data.len() as u64).cut_points(data)
 }
 
 /// A page ends after an entry whose id's low bits are zero: 1 in
@@ -152,7 +147,7 @@ mod tests {
     #[test]
     fn cut_points_are_pinned() {
         let data = seeded_bytes(42, 64 * 1024);
-        let cuts: Vec<usize> = cut_points(&data).iter().map(|c| c.1).collect();
+        let cuts: Vec<usize> = Cdc::SMALL.cut_points(&data).iter().map(|c| c.1).collect();
         assert_eq!(cuts.iter().sum::<usize>(), data.len());
         assert_eq!(cuts, PINNED_CUTS.to_vec(), "FastCDC cut points changed");
         let large = seeded_bytes(42, 1 << 20);

@@ -138,13 +138,13 @@ impl Store {
         // with the parameters of their size, so equal bytes keep equal
         // ids (chunker.rs); what the first pass stored is unreferenced
         // and gc removes it.
-        let mut cdc = Cdc::for_size(len);
+        let mut cdc = self.cdc_for(len);
         for _ in 0..3 {
             let c = self.put_file_stream(&mut f, src, prev, cdc, batch)?;
-            if Cdc::for_size(c.size) == cdc {
+            if self.cdc_for(c.size) == cdc {
                 return Ok(c);
             }
-            cdc = Cdc::for_size(c.size);
+            cdc = self.cdc_for(c.size);
             f.seek(SeekFrom::Start(0))
                 .map_err(|e| StoreError::io("seek", src, e))?;
         }
@@ -223,7 +223,7 @@ impl Store {
             return Ok(FileContent::EMPTY);
         }
         let prev = self.prev_version(prev)?;
-        let cuts = parallel::cut_points(bytes);
+        let cuts = parallel::cut_points(bytes, self.cdc_for(bytes.len() as u64));
         let mut seen = HashSet::new();
         let entries = self.put_cut_chunks(bytes, &cuts, 0, prev.as_ref(), &mut seen, batch)?;
         self.finish_manifest(entries, bytes.len() as u64, prev.as_ref(), batch)

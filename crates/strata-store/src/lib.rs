@@ -29,7 +29,7 @@ mod sql;
 mod store;
 mod trees;
 
-pub use chunker::{cut_points, Cdc, LARGE_FILE};
+pub use chunker::{Cdc, LARGE_FILE};
 pub use diff::{Change, ChangeKind};
 pub use edit::{split_path, EditOp, TreeEdit};
 pub use error::{Result, StoreError};

@@ -10,7 +10,7 @@
 //! every chunk is found once. Where no speculative chunk starts, one cut
 //! is made in place.
 
-use crate::chunker::{self, Cdc};
+use crate::chunker::Cdc;
 use rayon::prelude::*;
 
 /// Each core chunks segments of this size...
@@ -21,13 +21,12 @@ fn overlap(cdc: Cdc) -> usize {
     (256 << 10).max(4 * cdc.max)
 }
 
-/// The cut points of a whole file's bytes `data`, equal to
-/// `chunker::cut_points(data)`.
-pub(crate) fn cut_points(data: &[u8]) -> Vec<(usize, usize)> {
+/// The cut points of a whole file's bytes `data` with `cdc`, equal to
+/// `cdc.cut_points(data)`.
+pub(crate) fn cut_points(data: &[u8], cdc: Cdc) -> Vec<(usize, usize)> {
     if data.len() <= 2 * SEGMENT {
-        return chunker::cut_points(data);
+        return cdc.cut_points(data);
     }
-    let cdc = Cdc::for_size(data.len() as u64);
     let nseg = data.len().div_ceil(SEGMENT);
     let spec: Vec<Vec<(usize, usize)>> = (0..nseg)
         .into_par_iter()
@@ -112,7 +111,7 @@ mod tests {
             let mut data = bytes(3, len);
             data[SEGMENT - 100_000..SEGMENT + 300_000].fill(0);
             data[2 * SEGMENT - 7..2 * SEGMENT + overlap(cdc) + 50_000].fill(0);
-            assert_eq!(cut_points(&data), chunker::cut_points(&data));
+            assert_eq!(cut_points(&data, cdc), cdc.cut_points(&data));
         }
     }
 }

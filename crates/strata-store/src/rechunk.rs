@@ -288,7 +288,7 @@ impl Store {
             .metadata()
             .map_err(|e| StoreError::io("stat", src, e))?
             .len();
-        let cdc = Cdc::for_size(new_size);
+        let cdc = self.cdc_for(new_size);
         let dirty = normalise(changed, prev.size, new_size, cdc);
         if dirty.is_empty() {
             return Ok((
@@ -322,7 +322,7 @@ impl Store {
         if small
             || new_size == 0
             || dirty_bytes.saturating_mul(4) > new_size.saturating_mul(3)
-            || Cdc::for_size(prev.size) != cdc
+            || self.cdc_for(prev.size) != cdc
         {
             return whole(self);
         }

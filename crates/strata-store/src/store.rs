@@ -2,6 +2,7 @@
 //! and the checks that refuse anything that is not a Store we understand.
 
 use crate::checkpoint::Checkpointer;
+use crate::chunker::Cdc;
 use crate::error::{Result, SqlCtx, StoreError};
 use crate::sql;
 use rusqlite::{Connection, OpenFlags, OptionalExtension};
@@ -53,6 +54,10 @@ pub(crate) struct Inner {
     /// the open file description, not to a thread.
     pub(crate) sessions: Mutex<usize>,
     pub(crate) deltas: bool,
+    /// Whether files of `LARGE_FILE` or more are cut large: as the Store
+    /// was created (with deltas), whatever this process's options say, so
+    /// that equal bytes get equal ids in every process (`Store::cdc_for`).
+    pub(crate) large_chunks: bool,
     /// Bytes of source files read to store file contents (`write_file_*`).
     pub(crate) source_read: std::sync::atomic::AtomicU64,
     /// Checkpoints the WAL after writes, off the writers' path.
@@ -261,6 +266,7 @@ impl Store {
                 lock,
                 sessions: Mutex::new(0),
                 deltas: deltas && !opts.no_deltas,
+                large_chunks: deltas,
                 source_read: Default::default(),
                 ckpt,
                 pack: Mutex::new(None),
@@ -291,6 +297,19 @@ impl Store {
     /// Whether changed chunks are stored as deltas.
     pub fn deltas(&self) -> bool {
         self.inner.deltas
+    }
+
+    /// The chunk sizes a file of `size` bytes is cut into in this Store
+    /// (docs/design.md "Chunk sizes"): by its size class, except in a
+    /// Store created without deltas, where every file is cut small, since
+    /// there a whole chunk is what an edit stores. Recorded at create
+    /// time, so every process cuts the same bytes the same way.
+    pub fn cdc_for(&self, size: u64) -> Cdc {
+        if self.inner.large_chunks {
+            Cdc::for_size(size)
+        } else {
+            Cdc::SMALL
+        }
     }
 
     pub(crate) fn reader(&self) -> MutexGuard<'_, Connection> {

@@ -260,6 +260,38 @@ fn without_deltas_the_ids_are_the_same() {
     check(&store, dir.path(), &base, &e);
 }
 
+/// A Store created without deltas cuts every file small: there a whole
+/// chunk is what an edit stores (docs/design.md "Chunk sizes"). The
+/// recorded setting decides, not a process's options, so every process
+/// cuts the same bytes the same way.
+#[test]
+fn a_store_without_deltas_cuts_large_files_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = StoreOptions {
+        no_deltas: true,
+        ..Default::default()
+    };
+    let store = new_store_opts(dir.path(), &plain);
+    let bytes = seeded_bytes(6, LARGE_FILE as usize + MIB);
+    let base = base_of(&store, &bytes);
+    assert!(cut_with(&store, &base, Cdc::SMALL), "not cut small");
+    let mut e = Edited::new(bytes);
+    e.write(5 * MIB, b"0123456789");
+    let read = check(&store, dir.path(), &base, &e);
+    assert!(read <= 3 * Cdc::SMALL.max as u64, "read {read} bytes");
+    let root = store.dir().to_path_buf();
+    drop(store);
+    let store = Store::open(&root, &StoreOptions::default()).unwrap();
+    assert_eq!(store.cdc_for(LARGE_FILE), Cdc::SMALL);
+    // And the other way: a Store with deltas opened without them still
+    // cuts large.
+    let other = tempfile::tempdir().unwrap();
+    let root = new_store(other.path()).dir().to_path_buf();
+    let store = Store::open(&root, &plain).unwrap();
+    assert_eq!(store.cdc_for(LARGE_FILE), Cdc::LARGE);
+    assert!(!store.deltas());
+}
+
 #[test]
 fn sparse_and_repeated_chunks_commit_exactly() {
     // Runs of zeros cut into identical chunks of the largest size: the same id at
