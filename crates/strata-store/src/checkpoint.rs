@@ -255,7 +255,7 @@ mod tests {
             raw_len: 200,
             base: None,
             depth: 0,
-            data: vec![0u8; 200],
+            data: crate::objects::Data::Own(vec![0u8; 200]),
         };
         crate::objects::insert(conn, &p).unwrap() as usize
     }

@@ -17,25 +17,6 @@ use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// Files larger than this are chunked from a stream instead of read whole.
-const STREAM_THRESHOLD: u64 = 2 * STREAM_BLOCK as u64;
-/// Block size of the streamed read: small enough that the two blocks in
-/// use stay in the caches and are the only buffers a file's read touches
-/// (a fresh 32 MiB buffer cost 8,192 page faults per commit), large enough
-/// that re-cutting the few chunks carried over from each block's end costs
-/// under 1 %. A large file's blocks are twice that ([`stream_block`]):
-/// what is carried over is the last `Cdc::max` bytes and more, 256 KiB
-/// for large chunks.
-const STREAM_BLOCK: usize = 2 << 20;
-
-/// The stream's block size for chunks of `cdc` (see [`STREAM_BLOCK`]).
-fn stream_block(cdc: Cdc) -> usize {
-    if cdc == Cdc::SMALL {
-        STREAM_BLOCK
-    } else {
-        2 * STREAM_BLOCK
-    }
-}
 /// Bytes of chunks hashed together (hash_many.rs): 64 small chunks, so
 /// each 1 KiB position fills the 16 lanes of AVX-512 several times over;
 /// 4 large ones (their 1 KiB pieces fill the lanes by themselves). Few
@@ -61,6 +42,31 @@ impl Sink for Vec<Prepared> {
 }
 
 /// What the previous version of a file looked like, for choosing delta bases.
+/// The bytes chunks are cut from: borrowed, so a chunk stored raw copies
+/// its range, or a stream's block, whose ranges it shares (objects.rs
+/// `Data`).
+#[derive(Clone, Copy)]
+pub(crate) enum Src<'a> {
+    Bytes(&'a [u8]),
+    Block(&'a objects::SharedBuf),
+}
+
+impl<'a> Src<'a> {
+    fn bytes(self) -> &'a [u8] {
+        match self {
+            Src::Bytes(b) => b,
+            Src::Block(b) => (**b).as_ref(),
+        }
+    }
+
+    fn shared(self) -> Option<&'a objects::SharedBuf> {
+        match self {
+            Src::Bytes(_) => None,
+            Src::Block(b) => Some(b),
+        }
+    }
+}
+
 pub(crate) struct PrevVersion {
     /// (start offset, id, size) of every chunk, in order.
     chunks: Vec<(u64, ObjectId, u64)>,
@@ -93,7 +99,8 @@ impl Store {
         let mut batch = Batch::new(self);
         let cuts = cdc.cut_points(bytes);
         let mut seen = HashSet::new();
-        let entries = self.put_cut_chunks(bytes, &cuts, 0, None, &mut seen, &mut batch)?;
+        let entries =
+            self.put_cut_chunks(Src::Bytes(bytes), &cuts, 0, None, &mut seen, &mut batch)?;
         let c = self.finish_manifest(entries, bytes.len() as u64, None, &mut batch)?;
         batch.flush()?;
         Ok(c)
@@ -126,7 +133,7 @@ impl Store {
             .map_err(|e| StoreError::io("stat", src, e))?
             .len();
         self.count_source_read(len);
-        if len <= STREAM_THRESHOLD {
+        if len <= crate::stream::STREAM_THRESHOLD {
             let mut buf = Vec::with_capacity(len as usize);
             f.read_to_end(&mut buf)
                 .map_err(|e| StoreError::io("read", src, e))?;
@@ -155,64 +162,6 @@ impl Store {
         )))
     }
 
-    /// Store a large file read in blocks of [`stream_block`], cut with `cdc`, as a pipeline
-    /// over two blocks: while one block's chunks are hashed and prepared
-    /// (on every core), the next block is read and cut. The chunks within
-    /// `cdc.max` of a block's end (where the block's end would act as the
-    /// end of file) are cut again with the next block, so the cuts are
-    /// those of the whole file (chunker.rs). Reading and cutting a block
-    /// takes one core about as long as hashing the previous one takes the
-    /// other, and the batch's flusher inserts what is prepared meanwhile,
-    /// where before every phase ran over the whole file in turn.
-    fn put_file_stream(
-        &self,
-        f: &mut std::fs::File,
-        src: &Path,
-        prev: Option<&FileContent>,
-        cdc: Cdc,
-        batch: &mut dyn Sink,
-    ) -> Result<FileContent> {
-        let prev = self.prev_version(prev)?;
-        let mut entries = Vec::new();
-        let mut seen = HashSet::new();
-        let mut cur = Block::new();
-        cur.fill(f, src, cdc, &[], 0)?;
-        let mut next = Block::new();
-        loop {
-            let (read, stored) = rayon::join(
-                || {
-                    if cur.eof {
-                        return Ok(());
-                    }
-                    next.fill(f, src, cdc, cur.left(), cur.base + cur.used() as u64)
-                },
-                || {
-                    let mut out = Vec::new();
-                    self.put_cut_chunks(
-                        &cur.buf,
-                        &cur.cuts,
-                        cur.base,
-                        prev.as_ref(),
-                        &mut seen,
-                        &mut out,
-                    )
-                    .map(|e| (e, out))
-                },
-            );
-            let (e, out) = stored?;
-            read?;
-            entries.extend(e);
-            for p in out {
-                batch.push(p)?;
-            }
-            if cur.eof {
-                let size = cur.base + cur.buf.len() as u64;
-                return self.finish_manifest(entries, size, prev.as_ref(), batch);
-            }
-            std::mem::swap(&mut cur, &mut next);
-        }
-    }
-
     pub(crate) fn put_file_bytes(
         &self,
         bytes: &[u8],
@@ -225,7 +174,8 @@ impl Store {
         let prev = self.prev_version(prev)?;
         let cuts = parallel::cut_points(bytes, self.cdc_for(bytes.len() as u64));
         let mut seen = HashSet::new();
-        let entries = self.put_cut_chunks(bytes, &cuts, 0, prev.as_ref(), &mut seen, batch)?;
+        let entries =
+            self.put_cut_chunks(Src::Bytes(bytes), &cuts, 0, prev.as_ref(), &mut seen, batch)?;
         self.finish_manifest(entries, bytes.len() as u64, prev.as_ref(), batch)
     }
 
@@ -233,15 +183,16 @@ impl Store {
     /// `base`): hashed and compressed on every core (parallel.rs); deltas
     /// against the previous version and the pushes stay in order on this
     /// thread. `seen`: chunks already stored for this file.
-    fn put_cut_chunks(
+    pub(crate) fn put_cut_chunks(
         &self,
-        bytes: &[u8],
+        src: Src<'_>,
         cuts: &[(usize, usize)],
         base: u64,
         prev: Option<&PrevVersion>,
         seen: &mut HashSet<ObjectId>,
         batch: &mut dyn Sink,
     ) -> Result<Vec<PageEntry>> {
+        let bytes = src.bytes();
         // In groups, each hashed across SIMD lanes (hash_many.rs).
         let total: usize = cuts.iter().map(|c| c.1).sum();
         let group = (HASH_GROUP_BYTES * cuts.len() / total.max(1)).clamp(1, 64);
@@ -275,12 +226,16 @@ impl Store {
             }
             // A chunk repeated in the file (a run of zeros) is stored once.
             if seen.insert(e.id) {
-                fresh.push((e.id, data));
+                fresh.push((e.id, off, len));
             }
         }
         let prepared: Vec<Prepared> = fresh
             .par_iter()
-            .map(|(id, data)| objects::prepare_with_id(Kind::Chunk, *id, data))
+            .map(|&(id, off, len)| {
+                let raw = &bytes[off..off + len];
+                let shared = src.shared().map(|b| (b, off..off + len));
+                objects::prepare_in(Kind::Chunk, id, raw, shared)
+            })
             .collect();
         for p in prepared {
             batch.push(p)?;
@@ -312,7 +267,7 @@ impl Store {
     }
 
     /// Build the page tree over `entries` and return the file's content.
-    fn finish_manifest(
+    pub(crate) fn finish_manifest(
         &self,
         entries: Vec<PageEntry>,
         size: u64,
@@ -388,7 +343,7 @@ impl Store {
         }
     }
 
-    fn prev_version(&self, prev: Option<&FileContent>) -> Result<Option<PrevVersion>> {
+    pub(crate) fn prev_version(&self, prev: Option<&FileContent>) -> Result<Option<PrevVersion>> {
         let Some(prev) = prev else { return Ok(None) };
         if !self.deltas() || prev.key().is_none() {
             return Ok(None);
@@ -501,92 +456,6 @@ impl Store {
             crate::batch::shrink_cache(&conn);
         }
         Ok(())
-    }
-}
-
-/// One block of a streamed file: bytes from file offset `base`, and the
-/// cuts that are the whole file's (all of them at end of file).
-struct Block {
-    buf: Vec<u8>,
-    cuts: Vec<(usize, usize)>,
-    base: u64,
-    eof: bool,
-}
-
-/// The buffers of the last streamed file's two blocks, kept for the next
-/// one. On these VMs memory given back to the kernel is reported to the
-/// host, and a fresh buffer's pages are then faulted in again one by one
-/// (docs/benchmarks.md, "Pack files"): ~5 ms of a 32 MiB commit's CPU,
-/// in the zeroing of each block and later in the kernel's copy into it.
-static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
-
-impl Block {
-    fn new() -> Block {
-        let buf = SPARE_BUFFERS
-            .lock()
-            .ok()
-            .and_then(|mut spare| spare.pop())
-            .unwrap_or_default();
-        Block {
-            buf,
-            cuts: Vec::new(),
-            base: 0,
-            eof: false,
-        }
-    }
-
-    /// Bytes covered by the block's cuts.
-    fn used(&self) -> usize {
-        self.cuts.last().map(|c| c.0 + c.1).unwrap_or(0)
-    }
-
-    /// The bytes after the block's cuts, still to be cut.
-    fn left(&self) -> &[u8] {
-        &self.buf[self.used()..]
-    }
-
-    /// Refill with `carry` (at file offset `base`) and up to `stream_block`
-    /// bytes read from `f`, and cut with `cdc`. The buffer is reused: its
-    /// pages are touched once per file.
-    fn fill(
-        &mut self,
-        f: &mut std::fs::File,
-        src: &Path,
-        cdc: Cdc,
-        carry: &[u8],
-        base: u64,
-    ) -> Result<()> {
-        self.buf.clear();
-        self.buf.extend_from_slice(carry);
-        self.base = base;
-        // Read into the buffer's spare capacity: `read_to_end` leaves it
-        // uninitialised until read into, where zeroing 2 MiB before each
-        // read cost ~3 ms of a 32 MiB commit (perf). Fewer bytes than
-        // asked for means the end of the file (read_to_end reads until
-        // `take` is exhausted or a read returns 0, retrying EINTR).
-        let block = stream_block(cdc);
-        self.buf.reserve_exact(block);
-        let got = (&mut *f)
-            .take(block as u64)
-            .read_to_end(&mut self.buf)
-            .map_err(|e| StoreError::io("read", src, e))?;
-        self.eof = got < block;
-        self.cuts = cdc.cut_points(&self.buf);
-        if !self.eof {
-            let len = self.buf.len();
-            self.cuts.retain(|c| c.0 + cdc.max < len);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Block {
-    fn drop(&mut self) {
-        if let Ok(mut spare) = SPARE_BUFFERS.lock() {
-            if spare.len() < 2 {
-                spare.push(std::mem::take(&mut self.buf));
-            }
-        }
     }
 }
 

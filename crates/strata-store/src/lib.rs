@@ -27,6 +27,7 @@ mod refs;
 mod snapshot;
 mod sql;
 mod store;
+mod stream;
 mod trees;
 
 pub use chunker::{Cdc, LARGE_FILE};

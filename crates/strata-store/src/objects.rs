@@ -38,7 +38,32 @@ pub(crate) struct Prepared {
     pub raw_len: u64,
     pub base: Option<ObjectId>,
     pub depth: u32,
-    pub data: Vec<u8>,
+    pub data: Data,
+}
+
+/// A buffer whose ranges prepared objects may share: a streamed file's
+/// block (files.rs), kept until its last chunk is stored.
+pub(crate) type SharedBuf = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A prepared object's stored bytes: its own, or, for a chunk stored raw,
+/// its range of the block it was cut from. A raw chunk's bytes were copied
+/// once into a buffer of their own and once more into the pack's staging
+/// buffer; the first copy, and the page faults of its fresh allocations,
+/// were ~10 % of a fresh 32 MiB file's commit CPU (perf,
+/// docs/benchmarks.md "Large chunks for large files").
+pub(crate) enum Data {
+    Own(Vec<u8>),
+    Shared(SharedBuf, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for Data {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Data::Own(v) => v,
+            Data::Shared(buf, r) => &(**buf).as_ref()[r.clone()],
+        }
+    }
 }
 
 /// Hash and encode `raw` as a full object; compressed only when that saves space.
@@ -181,9 +206,21 @@ fn compress(raw: &[u8]) -> Option<Vec<u8>> {
 const SCRATCH_KEEP: usize = 1 << 20;
 
 pub(crate) fn prepare_with_id(kind: Kind, id: ObjectId, raw: &[u8]) -> Prepared {
-    let (enc, data) = match compress(raw) {
-        Some(c) => (ENC_ZSTD, c),
-        None => (ENC_RAW, raw.to_vec()),
+    prepare_in(kind, id, raw, None)
+}
+
+/// [`prepare_with_id`] of `raw`, which is `range` of `shared` when given:
+/// stored raw, the object then shares the buffer instead of copying it.
+pub(crate) fn prepare_in(
+    kind: Kind,
+    id: ObjectId,
+    raw: &[u8],
+    shared: Option<(&SharedBuf, std::ops::Range<usize>)>,
+) -> Prepared {
+    let (enc, data) = match (compress(raw), shared) {
+        (Some(c), _) => (ENC_ZSTD, Data::Own(c)),
+        (None, Some((buf, range))) => (ENC_RAW, Data::Shared(buf.clone(), range)),
+        (None, None) => (ENC_RAW, Data::Own(raw.to_vec())),
     };
     Prepared {
         id,
@@ -222,7 +259,7 @@ pub(crate) fn prepare_delta(
             raw_len: raw.len() as u64,
             base: Some(base),
             depth: base_depth + 1,
-            data: d,
+            data: Data::Own(d),
         },
         _ => full,
     }
@@ -255,7 +292,7 @@ pub(crate) fn insert_fresh(conn: &Connection, p: &Prepared) -> Result<bool> {
                 p.raw_len as i64,
                 p.base.as_ref().map(|b| &b.0[..]),
                 p.depth,
-                &p.data,
+                &*p.data,
             ))
         })
         .ctx("insert an object")?;
@@ -576,7 +613,7 @@ mod tests {
             .collect();
         assert!(looks_random(&random));
         let p = prepare(Kind::Chunk, &random);
-        assert_eq!((p.enc, p.data.as_slice()), (ENC_RAW, random.as_slice()));
+        assert_eq!((p.enc, &*p.data), (ENC_RAW, random.as_slice()));
         let text = b"the quick brown fox jumps over the lazy dog. ".repeat(100);
         assert!(!looks_random(&text));
         assert_eq!(prepare(Kind::Chunk, &text).enc, ENC_ZSTD);
