@@ -149,15 +149,13 @@ impl OldTree<'_> {
     /// Whether the old file was cut with `cdc`: false for a file of
     /// `LARGE_FILE` or more stored before format 4, cut with
     /// `Cdc::SMALL`. Every chunk but a file's last holds at least
-    /// `cdc.min` bytes, and `Cdc::LARGE.min` is `Cdc::SMALL.max`: the first
-    /// manifest page of such a file lists at least `PAGE_MIN` chunks, and
-    /// if none but the file's last is over `Cdc::SMALL.max` it was cut
-    /// small. (A page of large chunks each exactly `Cdc::LARGE.min` long
-    /// would be taken for small ones: then the file is chunked again whole,
-    /// which is slower and as exact.)
+    /// `cdc.min` bytes, and `Cdc::LARGE.min` is over `Cdc::SMALL.max`: the
+    /// first manifest page of such a file lists at least `PAGE_MIN`
+    /// chunks, and if none but the file's last is over `Cdc::SMALL.max` it
+    /// was cut small.
     fn cut_with(&mut self, cdc: Cdc) -> Result<bool> {
-        // A chunk cut large is never under a small chunk's largest size.
-        const { assert!(Cdc::LARGE.min >= Cdc::SMALL.max) };
+        // A chunk cut large is never as small as a small chunk can be.
+        const { assert!(Cdc::LARGE.min > Cdc::SMALL.max) };
         if cdc == Cdc::SMALL {
             return Ok(true);
         }
