@@ -19,8 +19,8 @@ use std::path::Path;
 
 /// Bytes of chunks hashed together (hash_many.rs): 64 small chunks, so
 /// each 1 KiB position fills the 16 lanes of AVX-512 several times over;
-/// 4 large ones (their 1 KiB pieces fill the lanes by themselves). Few
-/// enough that a 2 MiB block still makes a task for every core.
+/// 4 large ones (each fills the lanes by itself: hash_many.rs `ALONE`).
+/// Few enough that a stream's block still makes a task for every core.
 const HASH_GROUP_BYTES: usize = 64 * 4096;
 /// Where prepared objects go: straight into a `Batch`, or over a channel to
 /// a writer thread (parallel snapshots).
@@ -41,7 +41,6 @@ impl Sink for Vec<Prepared> {
     }
 }
 
-/// What the previous version of a file looked like, for choosing delta bases.
 /// The bytes chunks are cut from: borrowed, so a chunk stored raw copies
 /// its range, or a stream's block, whose ranges it shares (objects.rs
 /// `Data`).
@@ -67,6 +66,7 @@ impl<'a> Src<'a> {
     }
 }
 
+/// What the previous version of a file looked like, for choosing delta bases.
 pub(crate) struct PrevVersion {
     /// (start offset, id, size) of every chunk, in order.
     chunks: Vec<(u64, ObjectId, u64)>,

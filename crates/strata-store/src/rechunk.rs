@@ -8,15 +8,16 @@
 //! Why that holds. FastCDC (v2020, `cut_gear`) decides the chunk that
 //! starts at `s` from the bytes `s..=e` (it reads the byte at the cut it
 //! returns) and from the bytes left to the end of the file, clamped to
-//! the largest chunk of the file's size class (`Cdc::max`). So, with the bytes before an old cut point `s` unchanged,
-//! `s` is a cut point of the new file too, and from a new cut `c` that is
-//! an old cut point with no changed byte at or after `c` before the next
-//! changed range, the new cuts are the old ones again (FastCDC
-//! resynchronises). A change of the file's size moves the end of file that
-//! the last `Cdc::max` bytes' cuts depend on: the tail is re-chunked from
-//! `Cdc::max` before the shorter end. A change of the size class changes
-//! every cut, and so does a file of `LARGE_FILE` or more stored by format
-//! 3 or before (cut small): both are chunked again whole. Pages split the same way one level
+//! the largest chunk of the file's size class (`Cdc::max`). So, with the
+//! bytes before an old cut point `s` unchanged, `s` is a cut point of the
+//! new file too, and from a new cut `c` that is an old cut point with no
+//! changed byte at or after `c` before the next changed range, the new
+//! cuts are the old ones again (FastCDC resynchronises). A change of the
+//! file's size moves the end of file that the last `Cdc::max` bytes' cuts
+//! depend on: the tail is re-chunked from `Cdc::max` before the shorter
+//! end. A change of the size class changes every cut, and so does a file
+//! of `LARGE_FILE` or more stored by format 3 or before (cut small): both
+//! are chunked again whole. Pages split the same way one level
 //! up (`split_runs` keeps no state across a page boundary), so a run of
 //! entries is rebuilt from the old page that holds the first changed entry
 //! until a new page ends where an old page ended, after the change.

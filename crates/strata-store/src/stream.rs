@@ -34,9 +34,11 @@ fn stream_block(cdc: Cdc) -> usize {
 }
 
 impl Store {
-    /// Store a large file read in blocks of [`stream_block`], cut with `cdc`, as a pipeline
-    /// over two blocks: while one block's chunks are hashed and prepared
-    /// (on every core), the next block is read and cut. The chunks within
+    /// Store a large file read in blocks of [`stream_block`], cut with
+    /// `cdc`, as a pipeline over two blocks: while one block's chunks are
+    /// hashed and prepared (on every core), the next block is read and
+    /// cut. A raw chunk keeps a range of its block (objects.rs `Data`).
+    /// The chunks within
     /// `cdc.max` of a block's end (where the block's end would act as the
     /// end of file) are cut again with the next block, so the cuts are
     /// those of the whole file (chunker.rs). Reading and cutting a block
