@@ -134,7 +134,8 @@ fn split(cvs: &[ChainingValue]) -> (&[ChainingValue], &[ChainingValue]) {
 }
 
 /// The chaining value of a subtree (not the root) over `cvs`. Recursion
-/// depth is the tree's height: 8 for the largest chunk (`Cdc::MAX`).
+/// depth is the tree's height: at most 4 (16 pieces; longer inputs are
+/// hashed by BLAKE3's own hasher, `ALONE`).
 fn subtree(cvs: &[ChainingValue], mode: Mode) -> ChainingValue {
     if cvs.len() == 1 {
         return cvs[0];

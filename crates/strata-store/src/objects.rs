@@ -42,7 +42,7 @@ pub(crate) struct Prepared {
 }
 
 /// A buffer whose ranges prepared objects may share: a streamed file's
-/// block (files.rs), kept until its last chunk is stored.
+/// block (stream.rs), kept until its last chunk is stored.
 pub(crate) type SharedBuf = std::sync::Arc<dyn AsRef<[u8]> + Send + Sync>;
 
 /// A prepared object's stored bytes: its own, or, for a chunk stored raw,
