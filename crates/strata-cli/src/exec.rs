@@ -225,6 +225,14 @@ async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
     if !a.no_stdin {
         b = b.stdin_pipe();
     }
+    // SIGINT's handler is installed here, before the command can print:
+    // `tokio::signal::ctrl_c()` registers only when first polled, and a
+    // Ctrl-C that came after the command's first output but before the
+    // `select!` below killed strata with the default action, leaving the
+    // command running (a test that interrupts on the first output saw it
+    // on a loaded machine). `signal` installs the handler when called.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("install a SIGINT handler")?;
     let mut h = b.spawn().await?;
     let pumps = pump_output(&mut h)?;
     if let Some(mut stdin) = h.stdin.take() {
@@ -260,7 +268,7 @@ async fn run_async(ctx: &Ctx, a: ExecArgs, raw: bool) -> Result<u8> {
     let id = h.id().to_string();
     let status = tokio::select! {
         s = h.wait() => s,
-        _ = tokio::signal::ctrl_c() => {
+        _ = interrupt.recv() => {
             // Ctrl-C means "stop this command", as for a local one: cancel
             // the exec (its whole process group) and exit 130. In --tty
             // mode ^C is a byte for the remote terminal instead (raw mode),

@@ -126,6 +126,21 @@ pub fn split_runs<T>(
     out
 }
 
+/// Deterministic pseudo-random bytes (xorshift) for the crate's unit
+/// tests: random enough that every chunk is new and stored raw.
+#[cfg(test)]
+pub(crate) fn test_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,18 +85,6 @@ pub(crate) fn cut_points(data: &[u8], cdc: Cdc) -> Vec<(usize, usize)> {
 mod tests {
     use super::*;
 
-    fn bytes(seed: u64, len: usize) -> Vec<u8> {
-        let mut x = seed.max(1);
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
     /// Both classes: a file under `LARGE_FILE` (small chunks) and one over
     /// it (large chunks), with zero runs (chunks of the largest size)
     /// across segment boundaries too.
@@ -108,7 +96,7 @@ mod tests {
         ] {
             let cdc = Cdc::for_size(len as u64);
             assert_eq!(cdc, class);
-            let mut data = bytes(3, len);
+            let mut data = crate::chunker::test_bytes(3, len);
             data[SEGMENT - 100_000..SEGMENT + 300_000].fill(0);
             data[2 * SEGMENT - 7..2 * SEGMENT + overlap(cdc) + 50_000].fill(0);
             assert_eq!(cut_points(&data, cdc), cdc.cut_points(&data));

@@ -595,18 +595,6 @@ mod tests {
     use crate::chunker::LARGE_FILE;
     use crate::store::StoreOptions;
 
-    fn random(len: usize) -> Vec<u8> {
-        let mut x = 77u64;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
-
     /// A file of `LARGE_FILE` or more that format 3 stored (cut small): an
     /// edit of it is chunked again whole, to the ids its size class gives,
     /// where re-cutting around the edit would have mixed both sizes. Once
@@ -615,7 +603,7 @@ mod tests {
     fn a_large_file_cut_small_is_chunked_again_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(&dir.path().join("s"), &StoreOptions::default()).unwrap();
-        let mut bytes = random(LARGE_FILE as usize + 1000);
+        let mut bytes = crate::chunker::test_bytes(77, LARGE_FILE as usize + 1000);
         let old = store.write_file_bytes_cut(&bytes, Cdc::SMALL).unwrap();
         let full = store.write_file_bytes(&bytes, None).unwrap();
         assert_ne!(

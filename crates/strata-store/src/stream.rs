@@ -221,15 +221,7 @@ mod tests {
     fn raw_chunks_of_a_stream_share_its_blocks() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::create(&dir.path().join("s"), &StoreOptions::default()).unwrap();
-        let mut x = 5u64;
-        let bytes: Vec<u8> = (0..(chunker::LARGE_FILE as usize + 3_000_000))
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect();
+        let bytes = chunker::test_bytes(5, chunker::LARGE_FILE as usize + 3_000_000);
         let path = dir.path().join("f");
         std::fs::write(&path, &bytes).unwrap();
         let mut out: Vec<Prepared> = Vec::new();
