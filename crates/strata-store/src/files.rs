@@ -97,11 +97,7 @@ impl Store {
     pub(crate) fn write_file_bytes_cut(&self, bytes: &[u8], cdc: Cdc) -> Result<FileContent> {
         let _session = self.write_session()?;
         let mut batch = Batch::new(self);
-        let cuts = cdc.cut_points(bytes);
-        let mut seen = HashSet::new();
-        let entries =
-            self.put_cut_chunks(Src::Bytes(bytes), &cuts, 0, None, &mut seen, &mut batch)?;
-        let c = self.finish_manifest(entries, bytes.len() as u64, None, &mut batch)?;
+        let c = self.put_file_bytes_with(bytes, None, cdc, &mut batch)?;
         batch.flush()?;
         Ok(c)
     }
@@ -168,11 +164,22 @@ impl Store {
         prev: Option<&FileContent>,
         batch: &mut dyn Sink,
     ) -> Result<FileContent> {
+        self.put_file_bytes_with(bytes, prev, self.cdc_for(bytes.len() as u64), batch)
+    }
+
+    /// [`Self::put_file_bytes`], cut with `cdc`.
+    fn put_file_bytes_with(
+        &self,
+        bytes: &[u8],
+        prev: Option<&FileContent>,
+        cdc: Cdc,
+        batch: &mut dyn Sink,
+    ) -> Result<FileContent> {
         if bytes.is_empty() {
             return Ok(FileContent::EMPTY);
         }
         let prev = self.prev_version(prev)?;
-        let cuts = parallel::cut_points(bytes, self.cdc_for(bytes.len() as u64));
+        let cuts = parallel::cut_points(bytes, cdc);
         let mut seen = HashSet::new();
         let entries =
             self.put_cut_chunks(Src::Bytes(bytes), &cuts, 0, prev.as_ref(), &mut seen, batch)?;

@@ -36,12 +36,12 @@ const ALONE: usize = 16 * CHUNK_LEN;
 /// The ids of `inputs` as objects of `kind`, in order: equal to
 /// `ObjectId::hash(kind, input)` for each.
 pub(crate) fn hash_each(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
+    let key = hazmat::hash_derive_key_context(kind.context());
     if !inputs.iter().any(|m| m.len() >= ALONE) {
-        return hash_across(kind, inputs);
+        return hash_across(kind, &key, inputs);
     }
     let short: Vec<&[u8]> = inputs.iter().filter(|m| m.len() < ALONE).copied().collect();
-    let mut short = hash_across(kind, &short).into_iter();
-    let key = hazmat::hash_derive_key_context(kind.context());
+    let mut short = hash_across(kind, &key, &short).into_iter();
     inputs
         .iter()
         .map(|m| {
@@ -56,9 +56,9 @@ pub(crate) fn hash_each(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
 }
 
 /// `hash_each` across inputs: one 1 KiB position of every input at a time.
-fn hash_across(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
-    let key = hazmat::hash_derive_key_context(kind.context());
-    let key_words = blake3::platform::words_from_le_bytes_32(&key);
+/// `key`: `kind`'s derived key.
+fn hash_across(kind: Kind, key: &[u8; 32], inputs: &[&[u8]]) -> Vec<ObjectId> {
+    let key_words = blake3::platform::words_from_le_bytes_32(key);
     let platform = Platform::detect();
     // BLAKE3 pieces per input (at least one); `first[i]` is where input
     // i's chaining values start in `cvs`.
@@ -112,11 +112,11 @@ fn hash_across(kind: Kind, inputs: &[&[u8]]) -> Vec<ObjectId> {
                 return ObjectId::hash(kind, m);
             }
             let last = (n - 1) * CHUNK_LEN;
-            let mut h = blake3::Hasher::new_from_context_key(&key);
+            let mut h = blake3::Hasher::new_from_context_key(key);
             h.set_input_offset(last as u64);
             h.update(&m[last..]);
             cvs[at + n - 1] = h.finalize_non_root();
-            let mode = Mode::DeriveKeyMaterial(&key);
+            let mode = Mode::DeriveKeyMaterial(key);
             let (l, r) = split(&cvs[at..at + n]);
             ObjectId(
                 *hazmat::merge_subtrees_root(&subtree(l, mode), &subtree(r, mode), mode).as_bytes(),

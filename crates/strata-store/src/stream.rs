@@ -130,6 +130,10 @@ impl AsRef<[u8]> for Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
+        // `Block::new`'s empty placeholder would take a spare's place.
+        if self.0.capacity() == 0 {
+            return;
+        }
         if let Ok(mut spare) = SPARE_BUFFERS.lock() {
             if spare.len() < SPARE_MAX {
                 spare.push(std::mem::take(&mut self.0));

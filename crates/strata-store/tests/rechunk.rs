@@ -65,39 +65,39 @@ fn base_of(store: &Store, bytes: &[u8]) -> FileContent {
 
 const MIB: usize = 1 << 20;
 
-#[test]
-fn a_small_overwrite_reads_a_few_chunks_and_gives_the_full_ids() {
+/// A 10-byte overwrite at `at` of a random file of `size` bytes reads at
+/// most three of its largest chunks (`cdc.max`), and the changed bytes.
+fn small_overwrite(seed: u64, size: usize, at: usize, cdc: Cdc) {
     let dir = tempfile::tempdir().unwrap();
     let store = new_store(dir.path());
-    // 6 MiB: a manifest three levels high (~1,500 chunks, ~48 leaf pages).
-    let bytes = seeded_bytes(7, 6 * MIB);
+    let bytes = seeded_bytes(seed, size);
     let base = base_of(&store, &bytes);
     let mut e = Edited::new(bytes);
-    e.write(3 * MIB + 12345, b"0123456789");
+    e.write(at, b"0123456789");
     let read = check(&store, dir.path(), &base, &e);
     assert!(
-        read <= 3 * Cdc::SMALL.max as u64,
+        read <= 3 * cdc.max as u64,
         "a 10-byte overwrite read {read} bytes of the file"
     );
     assert!(read >= 10, "the changed bytes must have been read");
+}
+
+#[test]
+fn a_small_overwrite_reads_a_few_chunks_and_gives_the_full_ids() {
+    // 6 MiB: a manifest three levels high (~1,500 chunks, ~48 leaf pages).
+    small_overwrite(7, 6 * MIB, 3 * MIB + 12345, Cdc::SMALL);
 }
 
 /// The same for a file of `LARGE_FILE` or more, cut into large chunks
 /// (chunker.rs): a few of those are read, not the file.
 #[test]
 fn a_small_overwrite_of_a_large_file_reads_a_few_large_chunks() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = new_store(dir.path());
-    let bytes = seeded_bytes(8, LARGE_FILE as usize + 3 * MIB);
-    let base = base_of(&store, &bytes);
-    let mut e = Edited::new(bytes);
-    e.write(7 * MIB + 12345, b"0123456789");
-    let read = check(&store, dir.path(), &base, &e);
-    assert!(
-        read <= 3 * Cdc::LARGE.max as u64,
-        "a 10-byte overwrite read {read} bytes of the file"
+    small_overwrite(
+        8,
+        LARGE_FILE as usize + 3 * MIB,
+        7 * MIB + 12345,
+        Cdc::LARGE,
     );
-    assert!(read >= 10, "the changed bytes must have been read");
 }
 
 /// Every chunk of `c` but its last is within the bounds of `cdc`.
