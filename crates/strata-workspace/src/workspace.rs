@@ -76,14 +76,37 @@ fn lock_dir(dir: &Path, id: &str) -> Result<File> {
         .map_err(WsError::io("open the workspace lock", &p))?;
     // flock(2): released by the kernel when the holder dies, so a crashed
     // server never leaves a stale lock behind.
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).map_err(|_| {
-        WsError::Locked {
-            id: id.to_string(),
-            path: p.clone(),
+    //
+    // A lock just released can still look held for a moment: the lock
+    // belongs to the open file description, and a child that another
+    // thread of this process is forking copies the descriptor table, so it
+    // holds the description until its exec closes the O_CLOEXEC descriptor
+    // (fork(2), flock(2)). A server that closes a Workspace and reopens it
+    // while it starts Sandbox commands meets exactly that (seen as a
+    // `Locked` error in `tests/crash.rs` when the other tests of the binary
+    // spawned servers at the same time). So a held lock is tried again for
+    // up to LOCK_PATIENCE before the answer is `Locked`.
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            Err(_) => {
+                return Err(WsError::Locked {
+                    id: id.to_string(),
+                    path: p.clone(),
+                })
+            }
         }
-    })?;
-    Ok(f)
+    }
 }
+
+/// How long a held Workspace lock is tried again before `Locked`.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn valid_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
