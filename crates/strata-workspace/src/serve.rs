@@ -15,6 +15,7 @@
 use crate::fs::WsFs;
 use crate::killpriv::may_keep_privs;
 use crate::node::{Data, NodeKind};
+use crate::pool::Reaped;
 use crate::state::{eio, io_errno, R};
 use fuser::{Errno, FileAttr, INodeNo, RenameFlags, TimeOrNow, WriteFlags};
 use std::os::unix::fs::FileExt;
@@ -101,7 +102,22 @@ impl WsFs {
     }
 
     pub(crate) fn op_forget(&self, ino: u64, nlookup: u64) {
-        self.st().do_forget(ino, nlookup);
+        let reaped = {
+            let mut st = self.st();
+            st.do_forget(ino, nlookup);
+            st.take_reaped()
+        };
+        self.dispose_reaped(reaped);
+    }
+
+    /// Empty or unlink the upper files of the nodes a request reaped, after
+    /// its lock was released, and pool the emptied numbers (pool.rs).
+    pub(crate) fn dispose_reaped(&self, reaped: Reaped) {
+        if reaped.is_empty() {
+            return;
+        }
+        let (emptied, meant) = reaped.dispose();
+        self.st().pool_emptied(emptied, meant);
     }
 
     /// Transports send replies after the lock is released (here and in the
@@ -170,7 +186,12 @@ impl WsFs {
     }
 
     pub(crate) fn op_remove(&self, parent: u64, name: &[u8], dir: bool) -> R<()> {
-        self.st().tx(|s| s.do_remove(parent, name, dir))
+        let (r, reaped) = {
+            let mut st = self.st();
+            (st.tx(|s| s.do_remove(parent, name, dir)), st.take_reaped())
+        };
+        self.dispose_reaped(reaped);
+        r
     }
 
     pub(crate) fn op_symlink(
@@ -196,8 +217,13 @@ impl WsFs {
         if flags.contains(RenameFlags::RENAME_WHITEOUT) {
             return Err(Errno::EINVAL);
         }
-        self.st()
-            .tx(|s| s.do_rename(parent, name, newparent, newname, flags))
+        let (r, reaped) = {
+            let mut st = self.st();
+            let r = st.tx(|s| s.do_rename(parent, name, newparent, newname, flags));
+            (r, st.take_reaped())
+        };
+        self.dispose_reaped(reaped);
+        r
     }
 
     pub(crate) fn op_link(&self, ino: u64, newparent: u64, newname: &[u8]) -> R<FileAttr> {
@@ -271,6 +297,9 @@ impl WsFs {
             }
         }
         st.maybe_reap(ino);
+        let reaped = st.take_reaped();
+        drop(st);
+        self.dispose_reaped(reaped);
     }
 
     pub(crate) fn op_fsync(&self, ino: u64, datasync: bool) -> R<()> {
