@@ -198,10 +198,16 @@ impl State {
 
     /// At open: adopt the upper file `upper/<ino>` of an inode the journal
     /// does not know (a node deleted before a crash or a clean stop, or
-    /// pooled): emptied and pooled, or deleted beyond the bound.
+    /// pooled): emptied and pooled, or deleted beyond the bound, by one
+    /// `dispose_adopted` after the last one.
     pub(crate) fn adopt_upper_file(&mut self, ino: u64) {
         self.next_ino = self.next_ino.max(ino + 1);
         self.free_upper_file(ino);
+    }
+
+    /// At open, after `adopt_upper_file` for every file: dispose of them
+    /// all at once (nobody else holds the state yet, so no lock to leave).
+    pub(crate) fn dispose_adopted(&mut self) {
         let (emptied, meant) = self.take_reaped().dispose();
         self.pool_emptied(emptied, meant);
     }

@@ -19,6 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 use strata_store::{BranchRef, ObjectId, Store};
 
 const JOURNAL: &str = "journal.log";
@@ -86,14 +87,14 @@ fn lock_dir(dir: &Path, id: &str) -> Result<File> {
     // `Locked` error in `tests/crash.rs` when the other tests of the binary
     // spawned servers at the same time). So a held lock is tried again for
     // up to LOCK_PATIENCE before the answer is `Locked`.
-    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
-    let mut pause = std::time::Duration::from_millis(1);
+    let deadline = Instant::now() + LOCK_PATIENCE;
+    let mut pause = Duration::from_millis(1);
     loop {
         match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => return Ok(f),
-            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+            Err(rustix::io::Errno::WOULDBLOCK) if Instant::now() < deadline => {
                 std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
             Err(_) => {
                 return Err(WsError::Locked {
@@ -106,7 +107,7 @@ fn lock_dir(dir: &Path, id: &str) -> Result<File> {
 }
 
 /// How long a held Workspace lock is tried again before `Locked`.
-const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+const LOCK_PATIENCE: Duration = Duration::from_millis(500);
 
 fn valid_id(id: &str) -> Result<()> {
     let ok = !id.is_empty()
@@ -305,6 +306,7 @@ impl Workspace {
                     }
                 }
             }
+            state.dispose_adopted();
         }
         if adopted {
             // The upper files still name the contents they were copied
