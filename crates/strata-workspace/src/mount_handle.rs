@@ -109,7 +109,7 @@ impl MountHandle {
         if let Some(ring) = &mut self.ring {
             // Ended by the kernel at unmount (every entry completes with
             // -ENOTCONN); the wait above covered their references too.
-            ring.join_finished();
+            ring.join_finished(deadline);
         }
         self.shared.mounted.store(false, Ordering::SeqCst);
         r

@@ -70,11 +70,18 @@ pub(crate) struct RingSet {
 }
 
 impl RingSet {
-    /// Join the threads that ended (the kernel ends them at unmount);
-    /// one still running is left detached, with a warning, rather than
-    /// hang the unmount.
-    pub(crate) fn join_finished(&mut self) {
+    /// Join the threads, which the kernel ends at unmount; one still
+    /// running after `deadline` is left detached, with a warning, rather
+    /// than hang the unmount. A thread drops its filesystem object (what
+    /// the caller waited for) before it frees its entries and returns, so
+    /// a moment may remain between the two: under load CI saw a ring
+    /// thread still alive right after the unmount when this only looked
+    /// once (`tests/uring.rs`).
+    pub(crate) fn join_finished(&mut self, deadline: Instant) {
         for t in self.threads.drain(..) {
+            while !t.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             if t.is_finished() {
                 let _ = t.join();
             } else {
