@@ -74,9 +74,9 @@ impl RingSet {
     /// running after `deadline` is left detached, with a warning, rather
     /// than hang the unmount. A thread drops its filesystem object (what
     /// the caller waited for) before it frees its entries and returns, so
-    /// a moment may remain between the two: under load CI saw a ring
-    /// thread still alive right after the unmount when this only looked
-    /// once (`tests/uring.rs`).
+    /// a moment may remain between the two: under the load of the whole
+    /// `scripts/test` a ring thread was seen still alive right after the
+    /// unmount when this only looked once (`tests/uring.rs`).
     pub(crate) fn join_finished(&mut self, deadline: Instant) {
         for t in self.threads.drain(..) {
             while !t.is_finished() && Instant::now() < deadline {
